@@ -1,0 +1,1 @@
+"""Spark session, feature tables, SQL; the warehouse side of featurehouse."""

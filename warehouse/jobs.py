@@ -1,0 +1,81 @@
+"""What every job shares: common flags, progress lines, and the ``main`` wrapper.
+
+Each job module has ``parse_args(argv)``, a pure ``run(spark, config)`` and
+``main(argv) -> int``; spark-submit, the CLI, Airflow and tests call the same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from schemas.errors import FeaturehouseError
+from warehouse.session import default_home, parse_conf_pairs, spark_session
+
+Progress = Callable[[str], None]
+
+
+def stderr_progress(message: str) -> None:
+    """Print one progress line to stderr, stamped with the wall clock."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--home``, ``--registry-dir`` and repeatable ``--conf k=v``, shared by every job."""
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="data folder holding landing/, warehouse/ and metastore_db/ (default: $FEATUREHOUSE_HOME or ./data)",
+    )
+    parser.add_argument(
+        "--registry-dir",
+        type=Path,
+        default=None,
+        help="folder of feature registry files <dataset>.yaml (default: schemas/datasets in this repo)",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, repeatable; overrides the embedded defaults (e.g. --conf spark.master=yarn)",
+    )
+
+
+def common_settings(ns: argparse.Namespace) -> dict[str, Any]:
+    """The shared settings of a parsed namespace, ready to pass to a config dataclass."""
+    return {
+        "home": (ns.home or default_home()).resolve(),
+        "registry_dir": ns.registry_dir,
+        "spark_conf": parse_conf_pairs(ns.conf),
+    }
+
+
+class SparkJobConfig(Protocol):
+    home: Path
+    spark_conf: Mapping[str, str]
+
+
+class Summary(Protocol):
+    def format(self) -> str: ...
+
+
+C = TypeVar("C", bound=SparkJobConfig)
+
+
+def run_spark_job(parse: Callable[[], C], run: Callable[[Any, C], Summary]) -> int:
+    """Parse, open a session, run, print the summary; a FeaturehouseError becomes one line and exit 2."""
+    try:
+        config = parse()
+        with spark_session(config.home, conf=config.spark_conf) as spark:
+            summary = run(spark, config)
+    except FeaturehouseError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(summary.format())
+    return 0

@@ -1,0 +1,152 @@
+"""The one place SparkSessions are built: Delta and Hive support, embedded by default.
+
+Embedded default: local Spark, an embedded Derby metastore and the warehouse under
+one data folder (``$FEATUREHOUSE_HOME``, default ``./data``). Every setting is a
+plain Spark conf and can be overridden with ``--conf k=v``, so the same code runs
+with spark-submit on a cluster against a shared metastore.
+
+The builder helpers take and return a builder (as Delta's
+``configure_spark_with_delta_pip`` does); :func:`spark_session` is the context
+manager jobs use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from schemas.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Where ``make jars`` puts the Delta jars that the pyspark wheel lacks.
+DEFAULT_JARS_DIR = REPO_ROOT / ".jvm" / "jars"
+#: The Delta package for pyspark 4.2 (keep in step with jvm/pom.xml and pyproject.toml).
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+
+
+def default_home() -> Path:
+    """The data folder: ``$FEATUREHOUSE_HOME`` if set, else ``./data``."""
+    return Path(os.environ.get("FEATUREHOUSE_HOME") or "data").resolve()
+
+
+def parse_conf_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    """Turn ``["k=v", ...]`` from ``--conf`` flags into a dict; a malformed pair is a ConfigError."""
+    confs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--conf {pair!r} is not of the form key=value, e.g. --conf spark.sql.shuffle.partitions=4")
+        confs[key.strip()] = value
+    return confs
+
+
+def delta_jars(jars_dir: Path | None = None) -> list[str]:
+    """The Delta jars resolved by ``make jars`` (see jvm/pom.xml), or [] if there are none."""
+    directory = Path(os.environ.get("FEATUREHOUSE_JARS") or jars_dir or DEFAULT_JARS_DIR)
+    return sorted(str(p) for p in directory.glob("*.jar"))
+
+
+def embedded_confs(home: Path) -> dict[str, str]:
+    """Spark confs of the embedded default, all under ``home``; each can be overridden.
+
+    The metastore is Derby in ``home/metastore_db`` (one JVM at a time), the
+    warehouse ``home/warehouse``. Time is UTC: a ds is a UTC date.
+    """
+    home = Path(home).resolve()
+    return {
+        "spark.master": "local[*]",
+        "spark.app.name": "featurehouse",
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(home / "warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={home}",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.databricks.delta.snapshotPartitions": "4",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.log.structuredLogging.enabled": "false",
+    }
+
+
+def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The embedded confs, plus the Delta jars, with ``overrides`` applied last.
+
+    Under spark-submit, where ``--packages``/``--jars`` already put Delta on the
+    classpath, pass ``spark.jars`` or ``spark.jars.packages`` yourself (or run
+    inside spark-submit, detected by ``PYSPARK_GATEWAY_PORT``) and no local jar
+    folder is needed.
+    """
+    confs = embedded_confs(home)
+    overrides = dict(overrides or {})
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if under_submit:
+        # spark-submit already chose the master and launched the driver JVM.
+        confs.pop("spark.master")
+        confs.pop("spark.driver.extraJavaOptions")
+    elif not {"spark.jars", "spark.jars.packages"} & overrides.keys():
+        jars = delta_jars()
+        if not jars:
+            raise ConfigError(
+                f"no Delta jars in {DEFAULT_JARS_DIR}; run `make jars` (resolves {DELTA_PACKAGE} from Maven "
+                f"Central once), or pass --conf spark.jars.packages={DELTA_PACKAGE}"
+            )
+        confs["spark.jars"] = ",".join(jars)
+    confs.update(overrides)
+    return confs
+
+
+def configure_builder(builder: SparkSession.Builder, confs: Mapping[str, str]) -> SparkSession.Builder:
+    """Apply ``confs`` to a SparkSession builder and return it."""
+    for key, value in confs.items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def spark_submit_args(home: Path, overrides: Mapping[str, str] | None = None) -> list[str]:
+    """The same settings as arguments for ``spark-sql``/``spark-submit`` (``--jars ... --conf k=v``)."""
+    confs = session_confs(home, overrides)
+    args: list[str] = []
+    if "spark.master" in confs:
+        args += ["--master", confs.pop("spark.master")]
+    if "spark.jars" in confs:
+        args += ["--jars", confs.pop("spark.jars")]
+    if "spark.driver.extraJavaOptions" in confs:
+        args += ["--driver-java-options", confs.pop("spark.driver.extraJavaOptions")]
+    for key, value in confs.items():
+        args += ["--conf", f"{key}={value}"]
+    return args
+
+
+@contextmanager
+def spark_session(
+    home: Path | None = None, *, conf: Mapping[str, str] | None = None, log_level: str = "ERROR"
+) -> Iterator[SparkSession]:
+    """A SparkSession for featurehouse, stopped on exit if this call started it.
+
+    An already active session (a test fixture, a notebook) is reused and left running.
+
+    >>> with spark_session(Path("data"), conf={"spark.sql.shuffle.partitions": "2"}) as spark:  # doctest: +SKIP
+    ...     spark.sql("SHOW DATABASES").show()
+    """
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
+    home = Path(home) if home is not None else default_home()
+    home.mkdir(parents=True, exist_ok=True)
+    spark = configure_builder(SparkSession.builder, session_confs(home, conf)).getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    try:
+        yield spark
+    finally:
+        spark.stop()
