@@ -1,0 +1,1 @@
+"""Spark jobs: batch label join, log generator; each runnable by spark-submit."""

@@ -1,0 +1,389 @@
+"""Batch label join: one ds of impressions joined with their delayed labels into the feature table.
+
+    featurehouse label-join --dataset ads --ds 2026-11-01
+    spark-submit etl/label_join.py --dataset ads --ds 2026-11-01     (see README for packages/confs)
+
+Rules (the contract every training sample relies on):
+
+* The impressions of ``ds`` are joined with the labels of the label partitions
+  from ``ds`` through the day on which the longest attribution window of the
+  day's last impression closes. A label counts for its impression if
+  ``0 <= label_time - impression_time <= window`` of its label type.
+* Impressions without a label in a window are negatives (0) for that label type.
+* Duplicate impressions (same ``impression_id``) collapse to one: the copy with
+  the earliest event time, then the first file path. Duplicate labels collapse too:
+  a label type is 1 if any of its copies is in the window.
+* Labels whose impression is not in this ds or the days its windows reach back
+  over are *orphans*: each label partition's orphans are counted once, by the job
+  of that ds, and dropped.
+* Logged features not in the registry are counted and dropped; registered
+  features missing from a record are null.
+* The label partitions must be closed (``_SUCCESS``) unless ``--allow-open-window``.
+* The ds is replaced atomically (one Delta commit); no other ds is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job
+from etl.landing import Landing, Stream, empty_labels, is_closed, label_days, path_exists, read_impressions, read_labels
+from schemas.errors import LandingError
+from schemas.names import format_ds, parse_ds, validate_name
+from schemas.registry import DatasetRegistry, Kind, load_dataset
+from schemas.spark import CORRUPT_RECORD_COLUMN, feature_type
+from warehouse.tables import CommitMetrics, ensure_feature_table, replace_partition
+
+_MAP_OF_KIND = {Kind.DENSE: "dense", Kind.SPARSE: "sparse", Kind.WEIGHTED_SPARSE: "weighted_sparse"}
+
+
+@dataclass(frozen=True)
+class LabelJoinConfig:
+    dataset: str
+    ds: dt.date
+    home: Path
+    landing: str | None = None
+    registry_dir: Path | None = None
+    allow_open_window: bool = False
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_name("dataset", self.dataset)
+
+    @property
+    def landing_root(self) -> str:
+        return self.landing or str(self.home / "landing")
+
+
+@dataclass(frozen=True)
+class LabelJoinSummary:
+    """What one label join read, dropped and wrote."""
+
+    dataset: str
+    ds: str
+    table: str
+    label_days: tuple[str, ...]
+    window_open: bool
+    impressions_read: int
+    malformed_impressions: int
+    duplicate_impressions: int
+    rows_out: int
+    positives: Mapping[str, int]
+    labels_matched: int
+    duplicate_labels: int
+    labels_outside_window: Mapping[str, int]
+    orphan_labels: int
+    malformed_labels: int
+    unknown_label_types: int
+    unknown_features: tuple[str, ...]
+    unknown_feature_values: int
+    commit: CommitMetrics
+    elapsed_s: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.impressions_read / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def format(self) -> str:
+        rate = lambda n: f"{n:,} ({n / self.rows_out:.2%})" if self.rows_out else f"{n:,}"  # noqa: E731
+        lines = [
+            f"label join {self.dataset} ds={self.ds} -> {self.table} (Delta version {self.commit.version})",
+            f"  label partitions   {self.label_days[0]} .. {self.label_days[-1]}"
+            + ("  WINDOW OPEN: labels may still arrive" if self.window_open else "  (windows closed)"),
+            f"  rows in            {self.impressions_read:,} impression records"
+            f" ({self.malformed_impressions:,} malformed, {self.duplicate_impressions:,} duplicates)",
+            f"  rows out           {self.rows_out:,}",
+        ]
+        lines += [f"  positives {name:<9}{rate(n)}" for name, n in self.positives.items()]
+        lines += [
+            f"  labels             {self.labels_matched:,} matched, {self.duplicate_labels:,} duplicates, "
+            + ", ".join(f"{n:,} {name} outside window" for name, n in self.labels_outside_window.items()),
+            f"  dropped labels     {self.orphan_labels:,} orphans (no impression), {self.malformed_labels:,} malformed, "
+            f"{self.unknown_label_types:,} of unknown type",
+            f"  unknown features   {len(self.unknown_features)} names, {self.unknown_feature_values:,} values dropped"
+            + (f" ({', '.join(self.unknown_features[:5])}{', ...' if len(self.unknown_features) > 5 else ''})"
+               if self.unknown_features else ""),
+            f"  bytes written      {self.commit.bytes:,} in {self.commit.files} files"
+            f" (replaced {self.commit.removed_files} files)",
+            f"  elapsed            {self.elapsed_s:.1f}s, {self.rows_per_second:,.0f} rows/s",
+        ]
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- pure DataFrame logic
+
+
+def valid_records(records: DataFrame, required: Sequence[str]) -> Column:
+    """Rows that parsed and carry every required field."""
+    condition = F.col(CORRUPT_RECORD_COLUMN).isNull()
+    for name in required:
+        condition = condition & F.col(name).isNotNull()
+    return condition
+
+
+def dedup_impressions(impressions: DataFrame) -> DataFrame:
+    """One row per impression_id: the earliest event time wins, then the first source file."""
+    columns = [c for c in impressions.columns if c != "impression_id"]
+    return impressions.groupBy("impression_id").agg(
+        F.min_by(F.struct(*columns), F.struct("event_time", "source_file")).alias("r")
+    ).select("impression_id", "r.*")
+
+
+def window_micros(registry: DatasetRegistry) -> Column:
+    """The attribution window of each row's ``label_type``, in microseconds (null for unknown types)."""
+    expr = None
+    for label in registry.labels:
+        micros = F.lit(label.window // dt.timedelta(microseconds=1))
+        expr = F.when(F.col("label_type") == label.name, micros) if expr is None else expr.when(
+            F.col("label_type") == label.name, micros
+        )
+    return expr
+
+
+def attribute_labels(impressions: DataFrame, labels: DataFrame, registry: DatasetRegistry) -> DataFrame:
+    """Labels joined to their impressions, with their delay and whether they fall in the window.
+
+    ``impressions``: impression_id, event_time (deduplicated).
+    ``labels``: impression_id, label_type (known types only), event_time.
+    """
+    delay = F.unix_micros(F.col("l.event_time")) - F.unix_micros(F.col("i.event_time"))
+    return (
+        impressions.select("impression_id", "event_time").alias("i")
+        .join(labels.alias("l"), F.col("i.impression_id") == F.col("l.impression_id"))
+        .select(
+            F.col("i.impression_id").alias("impression_id"),
+            F.col("l.label_type").alias("label_type"),
+            delay.alias("delay_us"),
+        )
+        .withColumn("in_window", (F.col("delay_us") >= 0) & (F.col("delay_us") <= window_micros(registry)))
+    )
+
+
+def label_columns(attributed: DataFrame, registry: DatasetRegistry) -> DataFrame:
+    """One row per impression with a matched label: one 0/1 column per label type."""
+    return attributed.groupBy("impression_id").agg(
+        *[
+            F.max(F.when((F.col("label_type") == label.name) & F.col("in_window"), 1).otherwise(0)).alias(label.column)
+            for label in registry.labels
+        ]
+    )
+
+
+def flatten_features(impressions: DataFrame, registry: DatasetRegistry) -> list[Column]:
+    """One top-level column per registered feature, looked up in the logged maps and cast to its type."""
+    return [
+        F.col(_MAP_OF_KIND[f.kind]).getItem(f.name).cast(feature_type(f)).alias(f.name) for f in registry.features
+    ]
+
+
+def unknown_feature_keys(registry: DatasetRegistry) -> Column:
+    """Per record, the logged feature names the registry does not define (for that map)."""
+    parts = []
+    for kind, column in _MAP_OF_KIND.items():
+        names = [f.name for f in registry.of_kind(kind)]
+        known = F.array(*[F.lit(n) for n in names]) if names else F.array().cast("array<string>")
+        parts.append(F.array_except(F.coalesce(F.map_keys(column), F.array().cast("array<string>")), known))
+    return F.concat(*parts)
+
+
+def feature_rows(impressions: DataFrame, labels: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+    """The rows of the feature table for ``ds``: keys, labels (0/1), flattened features, ds."""
+    positives = label_columns(attribute_labels(impressions, labels, registry), registry)
+    joined = impressions.join(positives, "impression_id", "left").fillna(0, subset=list(registry.label_columns))
+    return joined.select(
+        "impression_id",
+        "user_id",
+        "item_id",
+        "event_time",
+        *[F.col(c).cast("int").alias(c) for c in registry.label_columns],
+        *flatten_features(joined, registry),
+        F.lit(ds).alias("ds"),
+    )
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def check_partitions(spark: SparkSession, landing: Landing, config: LabelJoinConfig, days: Sequence[dt.date]) -> bool:
+    """Refuse to run on a missing impression partition or open label windows; return whether a window is open."""
+    impression_dir = landing.partition(Stream.IMPRESSIONS, config.ds)
+    if not path_exists(spark, impression_dir):
+        raise LandingError(
+            f"impression partition {impression_dir} does not exist; generate or land the logs of "
+            f"{format_ds(config.ds)} first (featurehouse generate), or pick another --ds"
+        )
+    if not is_closed(spark, impression_dir):
+        raise LandingError(
+            f"impression partition {impression_dir} is not closed (no _SUCCESS marker): the day's logs are "
+            "still arriving; wait for the marker"
+        )
+    open_days = [d for d in days if not is_closed(spark, landing.partition(Stream.LABELS, d))]
+    if open_days and not config.allow_open_window:
+        first = landing.partition(Stream.LABELS, open_days[0])
+        raise LandingError(
+            f"the attribution windows of ds {format_ds(config.ds)} close only in label partitions "
+            f"{format_ds(days[0])} .. {format_ds(days[-1])}, and {len(open_days)} of them are not closed yet "
+            f"(first: {first}, missing or without _SUCCESS); wait for them, or pass --allow-open-window to "
+            "join the labels present so far (late labels will then be missing)"
+        )
+    return bool(open_days)
+
+
+def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, days: Sequence[dt.date]) -> DataFrame:
+    """Impression ids of earlier ``days``: from the feature table where published, else from the landing zone."""
+    wanted = [format_ds(d) for d in days]
+    published = {r.ds for r in spark.table(table).where(F.col("ds").isin(wanted)).select("ds").distinct().collect()}
+    frames = [spark.table(table).where(F.col("ds").isin(sorted(published))).select("impression_id")]
+    unpublished = [d for d in days if format_ds(d) not in published]
+    present = [d for d in unpublished if path_exists(spark, landing.partition(Stream.IMPRESSIONS, d))]
+    if present:
+        frames.append(read_impressions(spark, landing, present).select("impression_id"))
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | None = None) -> LabelJoinSummary:
+    """Join one ds and publish it; see the module docstring for the rules."""
+    started = time.monotonic()
+    say = progress or (lambda _message: None)
+    registry = load_dataset(config.dataset, config.registry_dir)
+    landing = Landing(config.landing_root)
+    ds = format_ds(config.ds)
+    days = label_days(config.ds, registry.max_window)
+    window_open = check_partitions(spark, landing, config, days)
+    present_days = [d for d in days if path_exists(spark, landing.partition(Stream.LABELS, d))]
+    table = ensure_feature_table(spark, registry)
+
+    say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(days[0])} .. {format_ds(days[-1])}")
+    raw_impressions = read_impressions(spark, landing, [config.ds])
+    impressions_ok = valid_records(raw_impressions, ["impression_id", "event_time"]) & (
+        F.to_date("event_time") == F.lit(ds).cast("date")
+    )
+    impressions = raw_impressions.where(impressions_ok).drop(CORRUPT_RECORD_COLUMN).persist(StorageLevel.MEMORY_AND_DISK)
+    deduped = dedup_impressions(impressions)
+
+    known_types = [label.name for label in registry.labels]
+    raw_labels = read_labels(spark, landing, present_days) if present_days else empty_labels(spark)
+    labels_ok = raw_labels.where(valid_records(raw_labels, ["impression_id", "label_type", "event_time"]))
+    labels = labels_ok.where(F.col("label_type").isin(known_types)).persist(StorageLevel.MEMORY_AND_DISK)
+
+    say(f"{config.dataset} ds={ds}: joining and writing {table}")
+    commit = replace_partition(spark, table, feature_rows(deduped, labels, registry, ds), ds)
+
+    say(f"{config.dataset} ds={ds}: counting")
+    unknown = unknown_feature_keys(registry)
+    imp_stats = impressions.agg(
+        F.count(F.lit(1)).alias("valid"),
+        F.sum(F.size(unknown)).alias("unknown_values"),
+        F.array_distinct(F.flatten(F.collect_set(unknown))).alias("unknown_names"),
+    ).first()
+    raw_counts = raw_impressions.agg(F.count(F.lit(1)).alias("n")).first()
+    attributed = attribute_labels(deduped, labels, registry).persist(StorageLevel.MEMORY_AND_DISK)
+    label_stats = attributed.agg(
+        F.count(F.lit(1)).alias("matched"),
+        F.count_distinct("impression_id", "label_type").alias("distinct_pairs"),
+        *[
+            F.sum(F.when((F.col("label_type") == name) & ~F.col("in_window"), 1).otherwise(0)).alias(f"out_{name}")
+            for name in known_types
+        ],
+    ).first()
+    this_day_labels = raw_labels.where(F.col("ds") == ds)
+    label_day_stats = this_day_labels.agg(
+        F.sum(F.when(~valid_records(this_day_labels, ["impression_id", "label_type", "event_time"]), 1).otherwise(0))
+        .alias("malformed"),
+        F.sum(
+            F.when(
+                valid_records(this_day_labels, ["impression_id", "label_type", "event_time"])
+                & ~F.col("label_type").isin(known_types),
+                1,
+            ).otherwise(0)
+        ).alias("unknown_types"),
+    ).first()
+    lookback = [config.ds - dt.timedelta(days=i) for i in range(1, math.ceil(registry.max_window / dt.timedelta(days=1)) + 1)]
+    known_ids = deduped.select("impression_id").unionByName(
+        _impression_ids_before(spark, landing, table, lookback)
+    )
+    orphans = labels.where(F.col("ds") == ds).join(known_ids, "impression_id", "left_anti").count()
+    positives_row = spark.table(table).where(F.col("ds") == ds).agg(
+        *[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in registry.label_columns]
+    ).first()
+
+    for frame in (impressions, labels, attributed):
+        frame.unpersist()
+    return LabelJoinSummary(
+        dataset=config.dataset,
+        ds=ds,
+        table=table,
+        label_days=tuple(format_ds(d) for d in days),
+        window_open=window_open,
+        impressions_read=int(raw_counts["n"]),
+        malformed_impressions=int(raw_counts["n"]) - int(imp_stats["valid"]),
+        duplicate_impressions=int(imp_stats["valid"]) - commit.rows,
+        rows_out=commit.rows,
+        positives={label.name: int(positives_row[label.column]) for label in registry.labels},
+        labels_matched=int(label_stats["matched"]),
+        duplicate_labels=int(label_stats["matched"]) - int(label_stats["distinct_pairs"]),
+        labels_outside_window={name: int(label_stats[f"out_{name}"] or 0) for name in known_types},
+        orphan_labels=int(orphans),
+        malformed_labels=int(label_day_stats["malformed"] or 0),
+        unknown_label_types=int(label_day_stats["unknown_types"] or 0),
+        unknown_features=tuple(sorted(imp_stats["unknown_names"] or [])),
+        unknown_feature_values=int(imp_stats["unknown_values"] or 0),
+        commit=commit,
+        elapsed_s=time.monotonic() - started,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", required=True, help="dataset name; its registry is <registry-dir>/<dataset>.yaml")
+    parser.add_argument("--ds", required=True, help="the impression day to join, YYYY-MM-DD (UTC)")
+    parser.add_argument(
+        "--landing", default=None, help="landing zone root, a path or URI (default: <home>/landing)"
+    )
+    parser.add_argument(
+        "--allow-open-window",
+        action="store_true",
+        help="join even if some label partitions the windows need are not closed yet (late labels are then missing)",
+    )
+    add_common_arguments(parser)
+
+
+def config_from_args(ns: argparse.Namespace) -> LabelJoinConfig:
+    return LabelJoinConfig(
+        dataset=ns.dataset,
+        ds=parse_ds(ns.ds),
+        landing=ns.landing,
+        allow_open_window=ns.allow_open_window,
+        **common_settings(ns),
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> LabelJoinConfig:
+    parser = argparse.ArgumentParser(
+        prog="featurehouse label-join",
+        description="Join one day of impressions with their delayed labels into the Delta table featurehouse.<dataset>.",
+    )
+    add_arguments(parser)
+    return config_from_args(parser.parse_args(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from warehouse.jobs import stderr_progress
+
+    return run_spark_job(lambda: parse_args(argv), lambda spark, config: run(spark, config, progress=stderr_progress))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Shared fixtures: one local SparkSession for the whole run (Delta on, metastore in a temp dir),
+and helpers that write landing-zone files and small registries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+SMALL_REGISTRY = """\
+dataset: {dataset}
+description: test dataset
+owner: tests
+labels:
+  - {{name: click, window: 1h}}
+  - {{name: conversion, window: 3d}}
+features:
+  - {{name: user_ctr_7d, kind: dense, dtype: float32, default: 0.0, description: ctr, owner: t}}
+  - {{name: item_price, kind: dense, dtype: float64, description: price, owner: t}}
+  - {{name: user_topic_ids, kind: sparse, dtype: int64, default: [], description: topics, owner: t}}
+  - {{name: user_topic_affinity, kind: weighted_sparse, dtype: int64, description: affinity, owner: t}}
+"""
+
+
+@pytest.fixture(scope="session")
+def spark_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("featurehouse_home")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_home: Path):
+    """The one SparkSession of the test run: local[2], UI off, few shuffle partitions."""
+    from pyspark.sql import SparkSession
+
+    from warehouse.session import configure_builder, session_confs
+
+    confs = session_confs(
+        spark_home,
+        {
+            "spark.master": "local[2]",
+            "spark.app.name": "featurehouse-tests",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.databricks.delta.snapshotPartitions": "1",
+        },
+    )
+    session = configure_builder(SparkSession.builder, confs).getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def registry_dir(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """A registry folder with one small dataset named after the test (unique per test)."""
+    directory = tmp_path / "registry"
+    directory.mkdir()
+    dataset = dataset_name(request)
+    (directory / f"{dataset}.yaml").write_text(SMALL_REGISTRY.format(dataset=dataset))
+    return directory
+
+
+def dataset_name(request: pytest.FixtureRequest) -> str:
+    """A dataset name unique to the test, safe for the name pattern."""
+    name = "".join(ch if ch.isalnum() else "_" for ch in request.node.name.lower())
+    return ("t_" + name)[:60].rstrip("_")
+
+
+def write_landing(
+    root: Path, stream: str, ds: str, records: Iterable[dict | str], *, hour: str = "00", close: bool = True,
+    part: str = "part-00000.jsonl",
+) -> Path:
+    """Write JSON lines (dicts are dumped, strings written as they are) into a landing partition."""
+    folder = root / stream / f"ds={ds}" / f"hour={hour}"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / part
+    with path.open("a", encoding="utf-8") as out:
+        for record in records:
+            out.write((record if isinstance(record, str) else json.dumps(record)) + "\n")
+    if close:
+        (root / stream / f"ds={ds}" / "_SUCCESS").touch()
+    return path
+
+
+def close_partition(root: Path, stream: str, ds: str) -> None:
+    folder = root / stream / f"ds={ds}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "_SUCCESS").touch()
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read the developer's FEATUREHOUSE_HOME."""
+    monkeypatch.delenv("FEATUREHOUSE_HOME", raising=False)

@@ -1,0 +1,259 @@
+"""The label join on hand-written fixtures with exact expected rows (real Spark, Delta, metastore)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+
+from etl import label_join
+from schemas.errors import LandingError, TableError
+from tests.conftest import close_partition, dataset_name, write_landing
+
+pytestmark = pytest.mark.spark
+
+DAY1, DAY2 = "2026-11-01", "2026-11-02"
+
+
+def imp(impression_id: str, time: str, **extra) -> dict:
+    record = {
+        "impression_id": impression_id,
+        "user_id": 1,
+        "item_id": 2,
+        "event_time": time,
+        "dense": {"user_ctr_7d": 0.5, "item_price": 9.99},
+        "sparse": {"user_topic_ids": [3, 4]},
+        "weighted_sparse": {"user_topic_affinity": [{"id": 3, "weight": 0.25}]},
+    }
+    record.update(extra)
+    return record
+
+
+def lab(impression_id: str, label_type: str, time: str) -> dict:
+    return {"impression_id": impression_id, "label_type": label_type, "event_time": time}
+
+
+def close_label_days(landing: Path, first: str, count: int) -> None:
+    start = dt.date.fromisoformat(first)
+    for i in range(count):
+        close_partition(landing, "labels", (start + dt.timedelta(days=i)).isoformat())
+
+
+def join(spark, request, tmp_path: Path, registry_dir: Path, ds: str = DAY1, **kwargs) -> label_join.LabelJoinSummary:
+    config = label_join.LabelJoinConfig(
+        dataset=dataset_name(request),
+        ds=dt.date.fromisoformat(ds),
+        home=tmp_path,
+        landing=str(tmp_path / "landing"),
+        registry_dir=registry_dir,
+        **kwargs,
+    )
+    return label_join.run(spark, config)
+
+
+def labels_by_id(spark, table: str, ds: str = DAY1) -> dict[str, tuple[int, int]]:
+    rows = spark.table(table).where(f"ds = '{ds}'").select("impression_id", "label_click", "label_conversion").collect()
+    return {r.impression_id: (r.label_click, r.label_conversion) for r in rows}
+
+
+def test_attribution_windows_are_exact_to_the_second(spark, request, tmp_path, registry_dir):
+    landing = tmp_path / "landing"
+    write_landing(
+        landing,
+        "impressions",
+        DAY1,
+        [
+            imp("inside", "2026-11-01T10:00:00.000Z"),
+            imp("outside", "2026-11-01T10:00:00.000Z"),
+            imp("boundary", "2026-11-01T10:00:00.000Z"),
+            imp("midnight", "2026-11-01T23:50:00.000Z"),
+            imp("conv_late_ok", "2026-11-01T12:00:00.000Z"),
+            imp("click_2d_late", "2026-11-01T12:00:00.000Z"),
+            imp("before", "2026-11-01T12:00:00.000Z"),
+            imp("negative", "2026-11-01T12:00:00.000Z"),
+        ],
+    )
+    write_landing(
+        landing,
+        "labels",
+        DAY1,
+        [
+            lab("inside", "click", "2026-11-01T10:59:59.000Z"),  # 1h - 1s: counts
+            lab("outside", "click", "2026-11-01T11:00:01.000Z"),  # 1h + 1s: does not
+            lab("boundary", "click", "2026-11-01T11:00:00.000Z"),  # exactly 1h: counts (window is inclusive)
+            lab("before", "click", "2026-11-01T11:59:59.000Z"),  # before its impression: does not
+        ],
+    )
+    write_landing(landing, "labels", DAY2, [lab("midnight", "click", "2026-11-02T00:10:00.000Z")])  # next ds: counts
+    write_landing(
+        landing,
+        "labels",
+        "2026-11-03",
+        [
+            lab("conv_late_ok", "conversion", "2026-11-03T12:00:00.000Z"),  # 2 days: inside the 3d window
+            lab("click_2d_late", "click", "2026-11-03T12:00:00.000Z"),  # 2 days: outside the 1h window
+        ],
+    )
+    close_label_days(landing, DAY1, 4)
+
+    summary = join(spark, request, tmp_path, registry_dir)
+
+    assert labels_by_id(spark, summary.table) == {
+        "inside": (1, 0),
+        "outside": (0, 0),
+        "boundary": (1, 0),
+        "midnight": (1, 0),
+        "conv_late_ok": (0, 1),
+        "click_2d_late": (0, 0),
+        "before": (0, 0),
+        "negative": (0, 0),
+    }
+    assert summary.rows_out == 8
+    assert summary.positives == {"click": 3, "conversion": 1}
+    assert summary.labels_outside_window == {"click": 3, "conversion": 0}
+    assert summary.label_days == (DAY1, DAY2, "2026-11-03", "2026-11-04")
+    assert summary.window_open is False
+
+
+def test_duplicates_collapse_and_orphans_are_counted(spark, request, tmp_path, registry_dir):
+    landing = tmp_path / "landing"
+    write_landing(
+        landing,
+        "impressions",
+        DAY1,
+        [imp("a", "2026-11-01T08:00:00.000Z"), imp("a", "2026-11-01T08:00:00.000Z"), imp("b", "2026-11-01T09:00:00Z")],
+    )
+    write_landing(landing, "impressions", DAY1, [imp("a", "2026-11-01T08:00:00.000Z")], hour="08", part="dup.jsonl")
+    write_landing(
+        landing,
+        "labels",
+        DAY1,
+        [
+            lab("a", "click", "2026-11-01T08:00:30.000Z"),
+            lab("a", "click", "2026-11-01T08:00:30.000Z"),
+            lab("ghost", "click", "2026-11-01T08:00:30.000Z"),
+            lab("ghost2", "conversion", "2026-11-01T09:00:30.000Z"),
+        ],
+    )
+    close_label_days(landing, DAY1, 4)
+
+    summary = join(spark, request, tmp_path, registry_dir)
+
+    assert labels_by_id(spark, summary.table) == {"a": (1, 0), "b": (0, 0)}
+    assert spark.table(summary.table).count() == 2
+    assert summary.impressions_read == 4
+    assert summary.duplicate_impressions == 2
+    assert summary.labels_matched == 2
+    assert summary.duplicate_labels == 1
+    assert summary.orphan_labels == 2
+
+
+def test_features_are_flattened_into_typed_columns(spark, request, tmp_path, registry_dir):
+    landing = tmp_path / "landing"
+    write_landing(
+        landing,
+        "impressions",
+        DAY1,
+        [
+            imp("full", "2026-11-01T08:00:00.000Z"),
+            {
+                "impression_id": "sparse_only",
+                "user_id": 5,
+                "item_id": 6,
+                "event_time": "2026-11-01T09:00:00.000Z",
+                "dense": {"mystery_feature": 1.0, "user_ctr_7d": None},
+                "sparse": {"user_topic_ids": [], "other_ids": [1, 2]},
+            },
+            '{"impression_id": "broken", "event_time": ',
+        ],
+    )
+    close_label_days(landing, DAY1, 4)
+
+    summary = join(spark, request, tmp_path, registry_dir)
+
+    table = spark.table(summary.table)
+    assert table.columns == [
+        "impression_id", "user_id", "item_id", "event_time", "label_click", "label_conversion",
+        "user_ctr_7d", "item_price", "user_topic_ids", "user_topic_affinity", "ds",
+    ]
+    expected = spark.createDataFrame(
+        [
+            ("full", 1, 2, 0.5, 9.99, [3, 4], [(3, 0.25)]),
+            ("sparse_only", 5, 6, None, None, [], None),
+        ],
+        "impression_id string, user_id bigint, item_id bigint, user_ctr_7d float, item_price double, "
+        "user_topic_ids array<bigint>, user_topic_affinity array<struct<id: bigint, weight: float>>",
+    )
+    assertDataFrameEqual(table.select(*expected.columns), expected)
+    assert summary.unknown_features == ("mystery_feature", "other_ids")
+    assert summary.unknown_feature_values == 2
+    assert summary.malformed_impressions == 1
+
+
+def test_rerun_keeps_one_copy_and_other_days_untouched(spark, request, tmp_path, registry_dir):
+    landing = tmp_path / "landing"
+    for ds in (DAY1, DAY2):
+        write_landing(landing, "impressions", ds, [imp(f"{ds}-{i}", f"{ds}T0{i}:00:00.000Z") for i in range(5)])
+        write_landing(landing, "labels", ds, [lab(f"{ds}-1", "click", f"{ds}T01:00:05.000Z")])
+    close_label_days(landing, DAY1, 5)
+
+    first = join(spark, request, tmp_path, registry_dir, ds=DAY1)
+    table = spark.table(first.table)
+    day1 = lambda: spark.table(first.table).where(f"ds = '{DAY1}'")  # noqa: E731
+    rows_before = day1().collect()
+    files_before = set(day1().inputFiles())
+
+    second = join(spark, request, tmp_path, registry_dir, ds=DAY2)
+    assert set(day1().inputFiles()) == files_before, "writing ds 2 touched ds 1's files"
+    assert second.rows_out == 5
+
+    rerun = join(spark, request, tmp_path, registry_dir, ds=DAY1)
+    assertDataFrameEqual(day1(), rows_before)
+    assert day1().count() == 5 and table.count() == 10
+    assert len(set(day1().inputFiles())) == len(files_before)
+    assert rerun.commit.removed_files == len(files_before)
+    assert rerun.commit.version == second.commit.version + 1
+
+
+def test_refuses_missing_and_open_partitions(spark, request, tmp_path, registry_dir):
+    landing = tmp_path / "landing"
+    with pytest.raises(LandingError, match=r"impression partition .*impressions/ds=2026-11-01 does not exist"):
+        join(spark, request, tmp_path, registry_dir)
+
+    write_landing(landing, "impressions", DAY1, [imp("a", "2026-11-01T23:59:00.000Z")])
+    write_landing(landing, "labels", DAY2, [lab("a", "click", "2026-11-02T00:00:30.000Z")])
+    close_partition(landing, "labels", DAY1)  # ds 3 and 4 (the 3d conversion window) are missing
+    with pytest.raises(LandingError, match=r"2 of them are not closed yet .*labels/ds=2026-11-03.*--allow-open-window"):
+        join(spark, request, tmp_path, registry_dir)
+
+    summary = join(spark, request, tmp_path, registry_dir, allow_open_window=True)
+    assert summary.window_open is True
+    assert labels_by_id(spark, summary.table) == {"a": (1, 0)}
+
+
+def test_table_is_partitioned_delta_in_the_metastore(spark, spark_home, request, tmp_path, registry_dir):
+    landing = tmp_path / "landing"
+    write_landing(landing, "impressions", DAY1, [imp("a", "2026-11-01T08:00:00.000Z")])
+    close_label_days(landing, DAY1, 4)
+    summary = join(spark, request, tmp_path, registry_dir)
+
+    assert spark.catalog.tableExists(summary.table)
+    detail = spark.sql(f"DESCRIBE DETAIL {summary.table}").first()
+    assert detail.format == "delta"
+    assert detail.partitionColumns == ["ds"]
+    assert detail.location == f"file:{spark_home}/warehouse/featurehouse.db/{dataset_name(request)}"
+    partitions = [r[0] for r in spark.sql(f"SELECT DISTINCT ds FROM {summary.table}").collect()]
+    assert partitions == [DAY1]
+
+
+def test_registry_change_against_existing_table_is_refused(spark, request, tmp_path, registry_dir):
+    landing = tmp_path / "landing"
+    write_landing(landing, "impressions", DAY1, [imp("a", "2026-11-01T08:00:00.000Z")])
+    close_label_days(landing, DAY1, 4)
+    join(spark, request, tmp_path, registry_dir)
+    path = registry_dir / f"{dataset_name(request)}.yaml"
+    path.write_text(path.read_text() + "  - {name: new_feature, kind: dense, dtype: float32, description: n, owner: t}\n")
+    with pytest.raises(TableError, match=r"registry columns missing from the table: new_feature"):
+        join(spark, request, tmp_path, registry_dir)
