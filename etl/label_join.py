@@ -104,7 +104,7 @@ class LabelJoinSummary:
             f" ({self.malformed_impressions:,} malformed, {self.duplicate_impressions:,} duplicates)",
             f"  rows out           {self.rows_out:,}",
         ]
-        lines += [f"  positives {name:<9}{rate(n)}" for name, n in self.positives.items()]
+        lines += [f"  positives {name:<10} {rate(n)}" for name, n in self.positives.items()]
         lines += [
             f"  labels             {self.labels_matched:,} matched, {self.duplicate_labels:,} duplicates, "
             + ", ".join(f"{n:,} {name} outside window" for name, n in self.labels_outside_window.items()),

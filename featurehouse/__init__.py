@@ -1,0 +1,1 @@
+"""The ``featurehouse`` command line: one entry point whose subcommands run the jobs."""

@@ -1,0 +1,3 @@
+from featurehouse.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""``featurehouse``: one command, a subcommand per job. Run ``featurehouse <command> --help``.
+
+Each subcommand is a module with ``main(argv) -> int`` (the same function
+spark-submit runs). Modules are imported only when chosen, so
+``featurehouse --help`` starts no JVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: subcommand -> (module with main(argv), one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("featurehouse.demo", "the main job: generate 7 days of logs, label-join each day, query the table"),
+    "generate": ("etl.generate", "write seeded impression and label logs into the landing zone"),
+    "label-join": ("etl.label_join", "join one ds of impressions with their labels into featurehouse.<dataset>"),
+    "sql": ("warehouse.sql", "run Spark SQL against the warehouse metastore and print the result"),
+    "spark-args": ("featurehouse.spark_args", "print spark-sql/spark-submit arguments that reach the same warehouse"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="featurehouse",
+        description="A Spark and Delta feature warehouse for recommendation-model training.",
+        epilog="Data lives under --home (default $FEATUREHOUSE_HOME or ./data). Spark settings: --conf key=value "
+        "on every Spark command. Details: featurehouse COMMAND --help",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        build_parser().parse_args(argv)  # prints usage, or --help, and exits
+        return 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return int(module.main(argv[1:]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""``featurehouse spark-args``: the arguments that point stock Spark tools at this warehouse.
+
+    .venv/bin/spark-sql $(featurehouse spark-args) -e "SHOW TABLES IN featurehouse"
+
+Prints ``--master``, ``--jars``, ``--driver-java-options`` and ``--conf k=v`` for
+the embedded default (the same settings every featurehouse job uses), separated
+by spaces, ready for ``$(...)``; a path with whitespace in it is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from schemas.errors import ConfigError, FeaturehouseError
+from warehouse.jobs import add_common_arguments, common_settings
+from warehouse.session import spark_submit_args
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="featurehouse spark-args", description=__doc__.splitlines()[0])
+    add_common_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import sys
+
+    try:
+        settings = common_settings(parse_args(argv))
+        args = spark_submit_args(settings["home"], settings["spark_conf"])
+        spaced = [a for a in args if any(ch.isspace() for ch in a)]
+        if spaced:
+            raise ConfigError(f"{spaced[0]!r} contains whitespace and cannot pass through $(...); use a --home without spaces")
+        print(" ".join(args))
+    except FeaturehouseError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0

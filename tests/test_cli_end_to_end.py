@@ -1,0 +1,56 @@
+"""The commands as a user runs them, each in its own process and JVM, on one fresh data folder:
+``featurehouse generate``, the label join by spark-submit and by the CLI, ``featurehouse sql``,
+and the stock ``spark-sql`` shell with ``featurehouse spark-args``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+QUIET = ["--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"]
+
+
+def sh(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{args[:3]} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def test_generate_join_and_query_from_the_command_line(tmp_path):
+    home = tmp_path / "home"
+    env = {**os.environ, "FEATUREHOUSE_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
+    featurehouse = str(BIN / "featurehouse")
+    sh(featurehouse, "generate", "--days", "2", "--impressions-per-day", "400", "--start", "2026-11-01", env=env)
+
+    spark_args = sh(featurehouse, "spark-args", *QUIET, env=env).stdout.split()
+    submitted = sh(str(BIN / "spark-submit"), *spark_args, "etl/label_join.py", "--dataset", "ads",
+                   "--ds", "2026-11-01", env=env)
+    assert "label join ads ds=2026-11-01 -> featurehouse.ads (Delta version 1)" in submitted.stdout
+
+    joined = sh(featurehouse, "label-join", "--dataset", "ads", "--ds", "2026-11-02", *QUIET, env=env)
+    assert "label join ads ds=2026-11-02 -> featurehouse.ads (Delta version 2)" in joined.stdout
+
+    query = "SELECT ds, count(*) AS n, count(DISTINCT impression_id) AS ids FROM featurehouse.ads GROUP BY ds ORDER BY ds"
+    rows = json.loads(sh(featurehouse, "sql", "--format", "json", query, *QUIET, env=env).stdout)
+    assert [r["ds"] for r in rows] == ["2026-11-01", "2026-11-02"]
+    assert all(r["n"] == r["ids"] for r in rows)
+    generated = sum(1 for p in (home / "landing" / "impressions").rglob("*.jsonl") for line in p.open() if line.strip())
+    assert 0 < sum(r["n"] for r in rows) <= generated
+
+    shell = sh(str(BIN / "spark-sql"), *spark_args, "-e", "SELECT count(*) FROM featurehouse.ads", env=env)
+    assert shell.stdout.split()[-1] == str(sum(r["n"] for r in rows))
+
+    bad = subprocess.run([featurehouse, "label-join", "--dataset", "ads", "--ds", "2026-12-01", *QUIET],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1].startswith(
+        f"error: impression partition {home}/landing/impressions/ds=2026-12-01 does not exist")
