@@ -34,6 +34,7 @@ from pathlib import Path
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job
@@ -132,11 +133,13 @@ def valid_records(records: DataFrame, required: Sequence[str]) -> Column:
 
 
 def dedup_impressions(impressions: DataFrame) -> DataFrame:
-    """One row per impression_id: the earliest event time wins, then the first source file."""
-    columns = [c for c in impressions.columns if c != "impression_id"]
-    return impressions.groupBy("impression_id").agg(
-        F.min_by(F.struct(*columns), F.struct("event_time", "source_file")).alias("r")
-    ).select("impression_id", "r.*")
+    """One row per impression_id: the earliest event time wins, then the first source file.
+
+    A window (sort-based, spills to disk) rather than a hash aggregate of whole rows,
+    so a large day does not have to fit in memory.
+    """
+    order = Window.partitionBy("impression_id").orderBy("event_time", "source_file")
+    return impressions.withColumn("_copy", F.row_number().over(order)).where(F.col("_copy") == 1).drop("_copy")
 
 
 def window_micros(registry: DatasetRegistry) -> Column:
@@ -179,11 +182,13 @@ def label_columns(attributed: DataFrame, registry: DatasetRegistry) -> DataFrame
     )
 
 
-def flatten_features(impressions: DataFrame, registry: DatasetRegistry) -> list[Column]:
-    """One top-level column per registered feature, looked up in the logged maps and cast to its type."""
-    return [
-        F.col(_MAP_OF_KIND[f.kind]).getItem(f.name).cast(feature_type(f)).alias(f.name) for f in registry.features
-    ]
+def flatten_features(registry: DatasetRegistry) -> list[Column]:
+    """One top-level column per registered feature, looked up in its logged map and cast to its type.
+
+    (``from_json(to_json(map))`` into a struct looked faster on 20k rows but stalled
+    for minutes on 200k: a per-field lookup is the linear, predictable choice.)
+    """
+    return [F.col(_MAP_OF_KIND[f.kind]).getItem(f.name).cast(feature_type(f)).alias(f.name) for f in registry.features]
 
 
 def unknown_feature_keys(registry: DatasetRegistry) -> Column:
@@ -196,8 +201,32 @@ def unknown_feature_keys(registry: DatasetRegistry) -> Column:
     return F.concat(*parts)
 
 
+def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+    """Parsed impression records as flat rows: keys, features, and what the summary counts.
+
+    ``_valid``: parsed, has an id and an event time, and the event time is in ``ds``.
+    ``_unknown``: logged feature names not in the registry (dropped from the table).
+    """
+    valid = valid_records(records, ["impression_id", "event_time"]) & (
+        F.to_date("event_time") == F.lit(ds).cast("date")
+    )
+    return records.select(
+        "impression_id",
+        "user_id",
+        "item_id",
+        "event_time",
+        "source_file",
+        *flatten_features(registry),
+        valid.alias("_valid"),
+        unknown_feature_keys(registry).alias("_unknown"),
+    )
+
+
 def feature_rows(impressions: DataFrame, labels: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
-    """The rows of the feature table for ``ds``: keys, labels (0/1), flattened features, ds."""
+    """The rows of the feature table for ``ds``: keys, labels (0/1), features, ds.
+
+    ``impressions``: valid, deduplicated rows of :func:`flatten_impressions`.
+    """
     positives = label_columns(attribute_labels(impressions, labels, registry), registry)
     joined = impressions.join(positives, "impression_id", "left").fillna(0, subset=list(registry.label_columns))
     return joined.select(
@@ -206,7 +235,7 @@ def feature_rows(impressions: DataFrame, labels: DataFrame, registry: DatasetReg
         "item_id",
         "event_time",
         *[F.col(c).cast("int").alias(c) for c in registry.label_columns],
-        *flatten_features(joined, registry),
+        *[f.name for f in registry.features],
         F.lit(ds).alias("ds"),
     )
 
@@ -267,12 +296,10 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     table = ensure_feature_table(spark, registry)
 
     say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(days[0])} .. {format_ds(days[-1])}")
-    raw_impressions = read_impressions(spark, landing, [config.ds])
-    impressions_ok = valid_records(raw_impressions, ["impression_id", "event_time"]) & (
-        F.to_date("event_time") == F.lit(ds).cast("date")
+    flat = flatten_impressions(read_impressions(spark, landing, [config.ds]), registry, ds).persist(
+        StorageLevel.MEMORY_AND_DISK
     )
-    impressions = raw_impressions.where(impressions_ok).drop(CORRUPT_RECORD_COLUMN).persist(StorageLevel.MEMORY_AND_DISK)
-    deduped = dedup_impressions(impressions)
+    deduped = dedup_impressions(flat.where("_valid"))
 
     known_types = [label.name for label in registry.labels]
     raw_labels = read_labels(spark, landing, present_days) if present_days else empty_labels(spark)
@@ -283,13 +310,12 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     commit = replace_partition(spark, table, feature_rows(deduped, labels, registry, ds), ds)
 
     say(f"{config.dataset} ds={ds}: counting")
-    unknown = unknown_feature_keys(registry)
-    imp_stats = impressions.agg(
-        F.count(F.lit(1)).alias("valid"),
-        F.sum(F.size(unknown)).alias("unknown_values"),
-        F.array_distinct(F.flatten(F.collect_set(unknown))).alias("unknown_names"),
+    imp_stats = flat.agg(
+        F.count(F.lit(1)).alias("read"),
+        F.count_if(F.col("_valid")).alias("valid"),
+        F.sum(F.when(F.col("_valid"), F.size("_unknown")).otherwise(0)).alias("unknown_values"),
+        F.array_distinct(F.flatten(F.collect_set(F.when(F.col("_valid"), F.col("_unknown"))))).alias("unknown_names"),
     ).first()
-    raw_counts = raw_impressions.agg(F.count(F.lit(1)).alias("n")).first()
     attributed = attribute_labels(deduped, labels, registry).persist(StorageLevel.MEMORY_AND_DISK)
     label_stats = attributed.agg(
         F.count(F.lit(1)).alias("matched"),
@@ -320,7 +346,7 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         *[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in registry.label_columns]
     ).first()
 
-    for frame in (impressions, labels, attributed):
+    for frame in (flat, labels, attributed):
         frame.unpersist()
     return LabelJoinSummary(
         dataset=config.dataset,
@@ -328,8 +354,8 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         table=table,
         label_days=tuple(format_ds(d) for d in days),
         window_open=window_open,
-        impressions_read=int(raw_counts["n"]),
-        malformed_impressions=int(raw_counts["n"]) - int(imp_stats["valid"]),
+        impressions_read=int(imp_stats["read"]),
+        malformed_impressions=int(imp_stats["read"]) - int(imp_stats["valid"]),
         duplicate_impressions=int(imp_stats["valid"]) - commit.rows,
         rows_out=commit.rows,
         positives={label.name: int(positives_row[label.column]) for label in registry.labels},

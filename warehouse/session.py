@@ -12,6 +12,7 @@ manager jobs use.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -62,6 +63,7 @@ def embedded_confs(home: Path) -> dict[str, str]:
     return {
         "spark.master": "local[*]",
         "spark.app.name": "featurehouse",
+        "spark.driver.memory": "4g",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "hive",
@@ -89,8 +91,8 @@ def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dic
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if under_submit:
         # spark-submit already chose the master and launched the driver JVM.
-        confs.pop("spark.master")
-        confs.pop("spark.driver.extraJavaOptions")
+        for key in ("spark.master", "spark.driver.memory", "spark.driver.extraJavaOptions"):
+            confs.pop(key)
     elif not {"spark.jars", "spark.jars.packages"} & overrides.keys():
         jars = delta_jars()
         if not jars:
@@ -118,11 +120,22 @@ def spark_submit_args(home: Path, overrides: Mapping[str, str] | None = None) ->
         args += ["--master", confs.pop("spark.master")]
     if "spark.jars" in confs:
         args += ["--jars", confs.pop("spark.jars")]
+    if "spark.driver.memory" in confs:
+        args += ["--driver-memory", confs.pop("spark.driver.memory")]
     if "spark.driver.extraJavaOptions" in confs:
         args += ["--driver-java-options", confs.pop("spark.driver.extraJavaOptions")]
     for key, value in confs.items():
         args += ["--conf", f"{key}={value}"]
     return args
+
+
+def quiet_query_context_logs() -> None:
+    """Stop pyspark from logging every failed query as a JSON record to stderr.
+
+    The exception still propagates; the CLI prints its message once, as one line.
+    """
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 @contextmanager
@@ -138,6 +151,7 @@ def spark_session(
     """
     from pyspark.sql import SparkSession
 
+    quiet_query_context_logs()
     active = SparkSession.getActiveSession()
     if active is not None:
         yield active
