@@ -1,0 +1,1 @@
+"""Airflow DAG files: thin wiring of the jobs."""

@@ -1,0 +1,1 @@
+"""The DLRM trainer fed by the reader."""
