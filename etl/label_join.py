@@ -302,9 +302,11 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     deduped = dedup_impressions(flat.where("_valid"))
 
     known_types = [label.name for label in registry.labels]
+    label_fields = ["impression_id", "label_type", "event_time"]
     raw_labels = read_labels(spark, landing, present_days) if present_days else empty_labels(spark)
-    labels_ok = raw_labels.where(valid_records(raw_labels, ["impression_id", "label_type", "event_time"]))
-    labels = labels_ok.where(F.col("label_type").isin(known_types)).persist(StorageLevel.MEMORY_AND_DISK)
+    labels = raw_labels.where(valid_records(raw_labels, label_fields) & F.col("label_type").isin(known_types)).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
 
     say(f"{config.dataset} ds={ds}: joining and writing {table}")
     commit = replace_partition(spark, table, feature_rows(deduped, labels, registry, ds), ds)
@@ -316,38 +318,32 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         F.sum(F.when(F.col("_valid"), F.size("_unknown")).otherwise(0)).alias("unknown_values"),
         F.array_distinct(F.flatten(F.collect_set(F.when(F.col("_valid"), F.col("_unknown"))))).alias("unknown_names"),
     ).first()
-    attributed = attribute_labels(deduped, labels, registry).persist(StorageLevel.MEMORY_AND_DISK)
-    label_stats = attributed.agg(
+    # What was published (two narrow columns of the new files) stands in for the deduplicated impressions.
+    published = spark.table(table).where(F.col("ds") == ds).select("impression_id", "event_time")
+    label_stats = attribute_labels(published, labels, registry).agg(
         F.count(F.lit(1)).alias("matched"),
         F.count_distinct("impression_id", "label_type").alias("distinct_pairs"),
         *[
-            F.sum(F.when((F.col("label_type") == name) & ~F.col("in_window"), 1).otherwise(0)).alias(f"out_{name}")
+            F.count_if((F.col("label_type") == name) & ~F.col("in_window")).alias(f"out_{name}")
             for name in known_types
         ],
     ).first()
     this_day_labels = raw_labels.where(F.col("ds") == ds)
+    parsed = valid_records(this_day_labels, label_fields)
     label_day_stats = this_day_labels.agg(
-        F.sum(F.when(~valid_records(this_day_labels, ["impression_id", "label_type", "event_time"]), 1).otherwise(0))
-        .alias("malformed"),
-        F.sum(
-            F.when(
-                valid_records(this_day_labels, ["impression_id", "label_type", "event_time"])
-                & ~F.col("label_type").isin(known_types),
-                1,
-            ).otherwise(0)
-        ).alias("unknown_types"),
+        F.count_if(~parsed).alias("malformed"),
+        F.count_if(parsed & ~F.col("label_type").isin(known_types)).alias("unknown_types"),
     ).first()
-    lookback = [config.ds - dt.timedelta(days=i) for i in range(1, math.ceil(registry.max_window / dt.timedelta(days=1)) + 1)]
-    known_ids = deduped.select("impression_id").unionByName(
-        _impression_ids_before(spark, landing, table, lookback)
-    )
+    lookback_days = math.ceil(registry.max_window / dt.timedelta(days=1))
+    lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
+    known_ids = published.select("impression_id").unionByName(_impression_ids_before(spark, landing, table, lookback))
     orphans = labels.where(F.col("ds") == ds).join(known_ids, "impression_id", "left_anti").count()
     positives_row = spark.table(table).where(F.col("ds") == ds).agg(
         *[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in registry.label_columns]
     ).first()
 
-    for frame in (flat, labels, attributed):
-        frame.unpersist()
+    flat.unpersist()
+    labels.unpersist()
     return LabelJoinSummary(
         dataset=config.dataset,
         ds=ds,
@@ -361,10 +357,10 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         positives={label.name: int(positives_row[label.column]) for label in registry.labels},
         labels_matched=int(label_stats["matched"]),
         duplicate_labels=int(label_stats["matched"]) - int(label_stats["distinct_pairs"]),
-        labels_outside_window={name: int(label_stats[f"out_{name}"] or 0) for name in known_types},
+        labels_outside_window={name: int(label_stats[f"out_{name}"]) for name in known_types},
         orphan_labels=int(orphans),
-        malformed_labels=int(label_day_stats["malformed"] or 0),
-        unknown_label_types=int(label_day_stats["unknown_types"] or 0),
+        malformed_labels=int(label_day_stats["malformed"]),
+        unknown_label_types=int(label_day_stats["unknown_types"]),
         unknown_features=tuple(sorted(imp_stats["unknown_names"] or [])),
         unknown_feature_values=int(imp_stats["unknown_values"] or 0),
         commit=commit,
