@@ -112,7 +112,7 @@ def config_from_args(ns: argparse.Namespace) -> DemoConfig:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> DemoConfig:
-    parser = argparse.ArgumentParser(prog="featurehouse demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="featurehouse demo", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     add_arguments(parser)
     return config_from_args(parser.parse_args(argv))
 

@@ -18,7 +18,7 @@ from warehouse.session import spark_submit_args
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="featurehouse spark-args", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="featurehouse spark-args", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     add_common_arguments(parser)
     return parser.parse_args(argv)
 

@@ -128,7 +128,9 @@ def config_from_args(ns: argparse.Namespace) -> SqlConfig:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> SqlConfig:
-    parser = argparse.ArgumentParser(prog="featurehouse sql", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="featurehouse sql", description="Run one Spark SQL statement against the warehouse metastore and print the result."
+    )
     add_arguments(parser)
     return config_from_args(parser.parse_args(argv))
 
