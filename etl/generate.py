@@ -37,7 +37,7 @@ import numpy as np
 from etl import _gen_features as gf
 from etl import _gen_jsonl as gj
 from etl import _gen_world as gw
-from schemas.errors import ConfigError, FeaturehouseError
+from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds, parse_ds
 from schemas.registry import DatasetRegistry, load_dataset
 
@@ -385,14 +385,8 @@ def run(config: GenerateConfig, *, progress: Callable[[str], None] | None = None
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: progress to stderr, the summary to stdout; 2 on a featurehouse error."""
-    try:
-        config = parse_args(argv)
-        summary = run(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except FeaturehouseError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(summary.format())
-    return 0
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    return run_command(lambda: run(parse_args(argv), progress=progress).format())
 
 
 if __name__ == "__main__":

@@ -37,12 +37,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job
 from etl.landing import Landing, Stream, empty_labels, is_closed, label_days, path_exists, read_impressions, read_labels
 from schemas.errors import LandingError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import DatasetRegistry, Kind, load_dataset
 from schemas.spark import CORRUPT_RECORD_COLUMN, feature_type
+from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
 from warehouse.tables import CommitMetrics, ensure_feature_table, replace_partition
 
 _MAP_OF_KIND = {Kind.DENSE: "dense", Kind.SPARSE: "sparse", Kind.WEIGHTED_SPARSE: "weighted_sparse"}
@@ -318,8 +318,9 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         F.sum(F.when(F.col("_valid"), F.size("_unknown")).otherwise(0)).alias("unknown_values"),
         F.array_distinct(F.flatten(F.collect_set(F.when(F.col("_valid"), F.col("_unknown"))))).alias("unknown_names"),
     ).first()
-    # What was published (two narrow columns of the new files) stands in for the deduplicated impressions.
-    published = spark.table(table).where(F.col("ds") == ds).select("impression_id", "event_time")
+    # What was published (narrow columns of the new files) stands in for the deduplicated impressions.
+    partition = spark.table(table).where(F.col("ds") == ds)
+    published = partition.select("impression_id", "event_time")
     label_stats = attribute_labels(published, labels, registry).agg(
         F.count(F.lit(1)).alias("matched"),
         F.count_distinct("impression_id", "label_type").alias("distinct_pairs"),
@@ -338,7 +339,7 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
     known_ids = published.select("impression_id").unionByName(_impression_ids_before(spark, landing, table, lookback))
     orphans = labels.where(F.col("ds") == ds).join(known_ids, "impression_id", "left_anti").count()
-    positives_row = spark.table(table).where(F.col("ds") == ds).agg(
+    positives_row = partition.agg(
         *[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in registry.label_columns]
     ).first()
 
@@ -402,8 +403,6 @@ def parse_args(argv: Sequence[str] | None = None) -> LabelJoinConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from warehouse.jobs import stderr_progress
-
     return run_spark_job(lambda: parse_args(argv), lambda spark, config: run(spark, config, progress=stderr_progress))
 
 

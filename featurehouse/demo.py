@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schemas.errors import FeaturehouseError
+from schemas.errors import run_command
 from schemas.names import parse_ds, validate_name
 from warehouse.jobs import add_common_arguments, common_settings, stderr_progress
 
@@ -50,7 +49,7 @@ class DemoConfig:
         validate_name("dataset", self.dataset)
 
 
-def run(config: DemoConfig) -> int:
+def run(config: DemoConfig) -> None:
     """Run the demo; print progress to stderr and the summaries to stdout."""
     from etl import generate, label_join
     from warehouse import sql
@@ -88,7 +87,6 @@ def run(config: DemoConfig) -> int:
     print("featurehouse sql \"" + " ".join(statement.split()) + "\"")
     print(result.format())
     print(f"\ndemo finished in {time.monotonic() - started:.0f}s; data under {config.home}")
-    return 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,8 +116,4 @@ def parse_args(argv: Sequence[str] | None = None) -> DemoConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return run(parse_args(argv))
-    except FeaturehouseError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return run_command(lambda: run(parse_args(argv)))

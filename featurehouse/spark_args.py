@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from schemas.errors import ConfigError, FeaturehouseError
+from schemas.errors import ConfigError, run_command
 from warehouse.jobs import add_common_arguments, common_settings
 from warehouse.session import spark_submit_args
 
@@ -23,17 +23,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    import sys
+def arguments(argv: Sequence[str] | None = None) -> str:
+    """The arguments, space-separated; a path with whitespace is a ConfigError."""
+    settings = common_settings(parse_args(argv))
+    args = spark_submit_args(settings["home"], settings["spark_conf"])
+    spaced = [a for a in args if any(ch.isspace() for ch in a)]
+    if spaced:
+        raise ConfigError(f"{spaced[0]!r} contains whitespace and cannot pass through $(...); use a --home without spaces")
+    return " ".join(args)
 
-    try:
-        settings = common_settings(parse_args(argv))
-        args = spark_submit_args(settings["home"], settings["spark_conf"])
-        spaced = [a for a in args if any(ch.isspace() for ch in a)]
-        if spaced:
-            raise ConfigError(f"{spaced[0]!r} contains whitespace and cannot pass through $(...); use a --home without spaces")
-        print(" ".join(args))
-    except FeaturehouseError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(lambda: arguments(argv))

@@ -7,6 +7,9 @@ allowed, and how to fix it; the CLI prints it as one line and exits non-zero.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class FeaturehouseError(Exception):
     """Root of every error featurehouse raises on purpose."""
@@ -30,3 +33,19 @@ class LandingError(FeaturehouseError):
 
 class TableError(FeaturehouseError):
     """A warehouse table is missing or does not match what the registry says."""
+
+
+def run_command(body: Callable[[], str | None]) -> int:
+    """Run a command's body; print what it returns to stdout and exit 0.
+
+    A :class:`FeaturehouseError` becomes ``error: <message>`` on stderr and exit 2,
+    the one place every ``main(argv)`` turns errors into an exit status.
+    """
+    try:
+        output = body()
+    except FeaturehouseError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if output is not None:
+        print(output)
+    return 0

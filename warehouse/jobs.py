@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from schemas.errors import FeaturehouseError
+from schemas.errors import run_command
 from warehouse.session import default_home, parse_conf_pairs, spark_session
 
 Progress = Callable[[str], None]
@@ -70,12 +70,10 @@ C = TypeVar("C", bound=SparkJobConfig)
 
 def run_spark_job(parse: Callable[[], C], run: Callable[[Any, C], Summary]) -> int:
     """Parse, open a session, run, print the summary; a FeaturehouseError becomes one line and exit 2."""
-    try:
+
+    def body() -> str:
         config = parse()
         with spark_session(config.home, conf=config.spark_conf) as spark:
-            summary = run(spark, config)
-    except FeaturehouseError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(summary.format())
-    return 0
+            return run(spark, config).format()
+
+    return run_command(body)
