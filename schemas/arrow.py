@@ -25,6 +25,6 @@ def table_schema(registry: DatasetRegistry) -> pa.Schema:
         pa.field("event_time", pa.timestamp("us", tz="UTC")),
     ]
     fields += [pa.field(label.column, pa.int32(), nullable=False) for label in registry.labels]
-    fields += [pa.field(f.name, feature_type(f)) for f in registry.features]
+    fields += [pa.field(f.name, feature_type(f)) for f in registry.stored_features]
     fields.append(pa.field("ds", pa.string(), nullable=False))
     return pa.schema(fields)

@@ -21,6 +21,19 @@ A file looks like this (``schemas/datasets/ads.yaml``)::
         description: User click-through rate over the last 7 days.
         owner: ads-ranking
         lifecycle: {status: active, added_ds: 2026-11-01}
+      - name: item_ctr_7d_log             # derived: computed from other columns, never logged
+        kind: dense
+        dtype: float32
+        derived: log1p(item_ctr_7d)
+        ...
+      - name: user_age_years              # renamed: the table column user_age becomes user_age_years
+        renamed_from: user_age
+        ...
+
+Lifecycle: ``active``; ``deprecated`` from ``deprecated_ds`` on (the column stays,
+writes leave it null from that ds); ``dropped`` (the column is dropped from the
+table; the entry stays so the catalog remembers it). A feature's kind and dtype
+never change: add a new feature instead.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ import re
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -85,19 +98,29 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
 
-class Lifecycle(_Frozen):
-    """Where a feature is in its life: added on a ds, maybe deprecated from a ds on."""
+class Status(StrEnum):
+    ACTIVE = "active"
+    DEPRECATED = "deprecated"
+    DROPPED = "dropped"
 
-    status: Literal["active", "deprecated"] = "active"
+
+class Lifecycle(_Frozen):
+    """Where a feature is in its life: added on a ds, maybe deprecated from a ds on, maybe dropped."""
+
+    status: Status = Status.ACTIVE
     added_ds: dt.date | None = None
     deprecated_ds: dt.date | None = None
 
     @model_validator(mode="after")
     def _deprecation_has_date(self) -> Lifecycle:
-        if self.status == "deprecated" and self.deprecated_ds is None:
+        if self.status is Status.DEPRECATED and self.deprecated_ds is None:
             raise ValueError("a deprecated feature needs lifecycle.deprecated_ds (the first ds it is no longer filled)")
-        if self.status == "active" and self.deprecated_ds is not None:
+        if self.status is Status.ACTIVE and self.deprecated_ds is not None:
             raise ValueError("lifecycle.deprecated_ds is set but status is 'active'; set status: deprecated")
+        if self.added_ds and self.deprecated_ds and self.deprecated_ds < self.added_ds:
+            raise ValueError(
+                f"lifecycle.deprecated_ds {self.deprecated_ds} is before added_ds {self.added_ds}; fix one of the dates"
+            )
         return self
 
 
@@ -111,10 +134,18 @@ class Feature(_Frozen):
     description: str = Field(min_length=1)
     owner: str = Field(min_length=1)
     lifecycle: Lifecycle = Lifecycle()
+    #: The column's previous name: the table column is renamed (Delta column mapping, no file rewritten),
+    #: and logs may still carry the feature under this name.
+    renamed_from: str | None = None
+    #: A Spark SQL expression over the table's key and feature columns (never its labels): the feature is
+    #: computed on write, not logged, and ``featurehouse backfill`` fills it into past partitions.
+    derived: str | None = Field(default=None, min_length=1)
 
-    @field_validator("name")
+    @field_validator("name", "renamed_from")
     @classmethod
-    def _name_is_safe(cls, value: str) -> str:
+    def _name_is_safe(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if not NAME_PATTERN.fullmatch(value):
             raise ValueError(f"name {value!r} is not allowed; use {NAME_RULE}")
         if value in KEY_COLUMNS or value == PARTITION_COLUMN or value.startswith(LABEL_PREFIX):
@@ -135,7 +166,30 @@ class Feature(_Frozen):
             raise ValueError(f"default {self.default!r} of a dense feature must be a number")
         if self.kind is not Kind.DENSE and not (self.default is None or isinstance(self.default, list)):
             raise ValueError(f"default {self.default!r} of a {self.kind.value} feature must be a list of ids, e.g. []")
+        if self.renamed_from == self.name:
+            raise ValueError(f"renamed_from {self.renamed_from!r} is the feature's own name; remove renamed_from")
         return self
+
+    @property
+    def status(self) -> Status:
+        return self.lifecycle.status
+
+    @property
+    def stored(self) -> bool:
+        """Whether the feature is a column of the table (every status but dropped)."""
+        return self.lifecycle.status is not Status.DROPPED
+
+    @property
+    def log_keys(self) -> tuple[str, ...]:
+        """The names under which impression logs may carry this feature (derived features: none)."""
+        if self.derived is not None:
+            return ()
+        return (self.name,) if self.renamed_from is None else (self.name, self.renamed_from)
+
+    def populated_on(self, ds: dt.date) -> bool:
+        """Whether a write of ``ds`` fills this feature: stored and not deprecated by then."""
+        deprecated = self.lifecycle.deprecated_ds
+        return self.stored and (deprecated is None or ds < deprecated)
 
     @property
     def fill_value(self) -> float | list[int]:
@@ -186,8 +240,28 @@ class DatasetRegistry(_Frozen):
     def by_name(self) -> dict[str, Feature]:
         return {f.name: f for f in self.features}
 
+    @property
+    def stored_features(self) -> tuple[Feature, ...]:
+        """The features that are columns of the table (not dropped), in registry order."""
+        return tuple(f for f in self.features if f.stored)
+
+    @property
+    def logged_features(self) -> tuple[Feature, ...]:
+        """Stored features read from the impression logs (not derived)."""
+        return tuple(f for f in self.stored_features if f.derived is None)
+
+    @property
+    def derived_features(self) -> tuple[Feature, ...]:
+        """Stored features computed from other columns, in registry order."""
+        return tuple(f for f in self.stored_features if f.derived is not None)
+
+    @property
+    def known_log_keys(self) -> frozenset[str]:
+        """Every name a log may use for a registered feature, whatever its status (others are unknown)."""
+        return frozenset(key for f in self.features for key in (f.name, f.renamed_from) if key)
+
     def of_kind(self, kind: Kind) -> tuple[Feature, ...]:
-        return tuple(f for f in self.features if f.kind is kind)
+        return tuple(f for f in self.stored_features if f.kind is kind)
 
     @property
     def label_columns(self) -> tuple[str, ...]:
@@ -200,7 +274,7 @@ class DatasetRegistry(_Frozen):
     @property
     def columns(self) -> tuple[str, ...]:
         """Every column of the feature table, in order, the partition column last."""
-        return (*KEY_COLUMNS, *self.label_columns, *(f.name for f in self.features), PARTITION_COLUMN)
+        return (*KEY_COLUMNS, *self.label_columns, *(f.name for f in self.stored_features), PARTITION_COLUMN)
 
 
 def _describe(loc: tuple[Any, ...]) -> str:
@@ -250,6 +324,19 @@ def parse_registry(raw: Any, *, source: str, expected_dataset: str | None = None
         if feature.name in seen:
             raise RegistryError(f"{source}: feature {feature.name!r} is defined twice; names must be unique")
         seen.add(feature.name)
+    renamed: set[str] = set()
+    for feature in features:
+        old = feature.renamed_from
+        if old is None:
+            continue
+        if old in seen:
+            raise RegistryError(
+                f"{source}: feature {feature.name!r} is renamed_from {old!r}, but {old!r} is still a feature of "
+                "its own; a renamed column has one name: remove one of them"
+            )
+        if old in renamed:
+            raise RegistryError(f"{source}: two features are renamed_from {old!r}; a column can be renamed once")
+        renamed.add(old)
     try:
         registry = DatasetRegistry.model_validate({**raw, "features": features, "source": source})
     except ValidationError as err:

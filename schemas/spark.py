@@ -38,7 +38,7 @@ def table_schema(registry: DatasetRegistry) -> StructType:
         T.StructField("event_time", T.TimestampType(), True),
     ]
     fields += [T.StructField(label.column, T.IntegerType(), False) for label in registry.labels]
-    fields += [T.StructField(f.name, feature_type(f), True) for f in registry.features]
+    fields += [T.StructField(f.name, feature_type(f), True) for f in registry.stored_features]
     fields.append(T.StructField("ds", T.StringType(), False))
     return T.StructType(fields)
 

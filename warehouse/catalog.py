@@ -1,0 +1,121 @@
+"""The feature catalog in the metastore: its tables and views, and the registry sync.
+
+    featurehouse catalog sync                      # registry files -> featurehouse_catalog.features
+    featurehouse sql "SELECT * FROM featurehouse_catalog.unused_features"
+
+Table schemas live in ``schemas/catalog.py``; per-ds statistics are computed by
+``warehouse/stats.py``; usage rows are appended by the reader (``ingest/usage.py``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from schemas.catalog import CATALOG_DATABASE, CATALOG_TABLES, FEATURES, FEATURES_SCHEMA, catalog_table
+from schemas.registry import DatasetRegistry, Feature
+from warehouse.catalog_views import VIEWS
+
+#: The columns of ``features`` that say what a feature is (everything but ``updated_at``).
+_CONTENT = tuple(f.name for f in FEATURES_SCHEMA if f.name != "updated_at")
+
+
+def ensure_catalog(spark: SparkSession) -> None:
+    """Create the catalog database, its Delta tables (if missing) and its views (replaced)."""
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {CATALOG_DATABASE}")
+    for name, (schema, partition_columns) in CATALOG_TABLES.items():
+        builder = (
+            DeltaTable.createIfNotExists(spark)
+            .tableName(catalog_table(name))
+            .addColumns(from_arrow_schema(schema, prefer_timestamp_ntz=False))
+        )
+        if partition_columns:
+            builder = builder.partitionedBy(*partition_columns)
+        builder.execute()
+    for name, body in VIEWS.items():
+        spark.sql(f"CREATE OR REPLACE VIEW {CATALOG_DATABASE}.{name} AS {body.strip()}")
+
+
+def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition: Column) -> None:
+    """Replace the rows of ``table`` matching ``condition`` with ``frame`` in one Delta commit."""
+    columns = [f.name for f in spark.table(table).schema.fields]
+    frame.select(*columns).writeTo(table).overwrite(condition)
+
+
+def feature_row(registry: DatasetRegistry, feature: Feature) -> dict[str, Any]:
+    """What the catalog says about one registered feature (without ``updated_at``)."""
+    return {
+        "dataset": registry.dataset,
+        "feature": feature.name,
+        "kind": feature.kind.value,
+        "dtype": feature.dtype.value,
+        "default_value": None if feature.default is None else json.dumps(feature.default),
+        "owner": feature.owner,
+        "description": feature.description,
+        "status": feature.status.value,
+        "added_ds": feature.lifecycle.added_ds,
+        "deprecated_ds": feature.lifecycle.deprecated_ds,
+        "renamed_from": feature.renamed_from,
+        "derived": feature.derived,
+        "registry_file": registry.source,
+    }
+
+
+def catalog_features(spark: SparkSession, dataset: str) -> dict[str, dict[str, Any]]:
+    """The catalog's rows of ``dataset`` by feature name (without ``updated_at``); empty if never synced."""
+    rows = spark.table(catalog_table(FEATURES)).where(F.col("dataset") == dataset).select(*_CONTENT).collect()
+    return {row["feature"]: row.asDict() for row in rows}
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    dataset: str
+    added: tuple[str, ...]
+    changed: tuple[str, ...]
+    removed: tuple[str, ...]
+    unchanged: int
+
+    def format(self) -> str:
+        if not (self.added or self.changed or self.removed):
+            return f"catalog sync {self.dataset}: {self.unchanged} features, no change"
+        parts = [f"{len(self.added)} added", f"{len(self.changed)} changed", f"{len(self.removed)} removed"]
+        lines = [f"catalog sync {self.dataset}: {', '.join(parts)}, {self.unchanged} unchanged"]
+        for label, names in (("added", self.added), ("changed", self.changed), ("removed", self.removed)):
+            if names:
+                lines.append(f"  {label:<8} {', '.join(names)}")
+        return "\n".join(lines)
+
+
+def sync_features(spark: SparkSession, registry: DatasetRegistry, *, now: dt.datetime | None = None) -> SyncResult:
+    """Make ``features`` hold exactly the registry's features of its dataset; idempotent.
+
+    Rows whose content is unchanged keep their ``updated_at``; when nothing
+    changed, nothing is written (no new Delta version).
+    """
+    ensure_catalog(spark)
+    now = now or dt.datetime.now(dt.UTC)
+    table = catalog_table(FEATURES)
+    existing = spark.table(table).where(F.col("dataset") == registry.dataset).collect()
+    before: Mapping[str, dict[str, Any]] = {row["feature"]: row.asDict() for row in existing}
+    wanted = {f.name: feature_row(registry, f) for f in registry.features}
+    added = tuple(name for name in wanted if name not in before)
+    removed = tuple(sorted(name for name in before if name not in wanted))
+    changed = tuple(
+        name for name in wanted if name in before and any(before[name][c] != wanted[name][c] for c in _CONTENT)
+    )
+    result = SyncResult(registry.dataset, added, changed, removed, len(wanted) - len(added) - len(changed))
+    if not (added or changed or removed):
+        return result
+    fresh = set(added) | set(changed)
+    rows = [{**row, "updated_at": now if name in fresh else before[name]["updated_at"]} for name, row in wanted.items()]
+    frame = spark.createDataFrame(rows, schema=from_arrow_schema(FEATURES_SCHEMA, prefer_timestamp_ntz=False))
+    overwrite_where(spark, table, frame, F.col("dataset") == F.lit(registry.dataset))
+    return result
