@@ -17,7 +17,11 @@ Rules (the contract every training sample relies on):
   over are *orphans*: each label partition's orphans are counted once, by the job
   of that ds, and dropped.
 * Logged features not in the registry are counted and dropped; registered
-  features missing from a record are null.
+  features missing from a record are null, and so is a feature from its
+  ``deprecated_ds`` on. A renamed feature is read under its new or its old name;
+  derived features are computed from the record's keys and features.
+* New registry features become new columns (partitions written before read
+  null); renames and drops wait for ``featurehouse features apply``.
 * The label partitions must be closed (``_SUCCESS``) unless ``--allow-open-window``.
 * The ds is replaced atomically (one Delta commit); no other ds is touched.
 """
@@ -43,7 +47,9 @@ from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import DatasetRegistry, Kind, load_dataset
 from schemas.spark import CORRUPT_RECORD_COLUMN, feature_type
 from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
-from warehouse.tables import CommitMetrics, ensure_feature_table, replace_partition
+from warehouse.derived import add_derived
+from warehouse.evolution import prepare_for_write
+from warehouse.tables import CommitMetrics, replace_partition
 
 _MAP_OF_KIND = {Kind.DENSE: "dense", Kind.SPARSE: "sparse", Kind.WEIGHTED_SPARSE: "weighted_sparse"}
 
@@ -182,44 +188,56 @@ def label_columns(attributed: DataFrame, registry: DatasetRegistry) -> DataFrame
     )
 
 
-def flatten_features(registry: DatasetRegistry) -> list[Column]:
-    """One top-level column per registered feature, looked up in its logged map and cast to its type.
+def flatten_features(registry: DatasetRegistry, ds: dt.date) -> list[Column]:
+    """One top-level column per logged feature, looked up in its logged map and cast to its type.
 
-    (``from_json(to_json(map))`` into a struct looked faster on 20k rows but stalled
-    for minutes on 200k: a per-field lookup is the linear, predictable choice.)
+    A renamed feature is looked up under its new name, then its old one. A feature
+    deprecated by ``ds`` is null. (``from_json(to_json(map))`` into a struct looked faster
+    on 20k rows but stalled for minutes on 200k: a per-field lookup is the linear,
+    predictable choice.)
     """
-    return [F.col(_MAP_OF_KIND[f.kind]).getItem(f.name).cast(feature_type(f)).alias(f.name) for f in registry.features]
+    columns = []
+    for f in registry.logged_features:
+        if f.populated_on(ds):
+            logged = [F.col(_MAP_OF_KIND[f.kind]).getItem(key) for key in f.log_keys]
+            value = (logged[0] if len(logged) == 1 else F.coalesce(*logged)).cast(feature_type(f))
+        else:
+            value = F.lit(None).cast(feature_type(f))
+        columns.append(value.alias(f.name))
+    return columns
 
 
 def unknown_feature_keys(registry: DatasetRegistry) -> Column:
-    """Per record, the logged feature names the registry does not define (for that map)."""
+    """Per record, the logged feature names the registry does not know (for that map), whatever their status."""
     parts = []
     for kind, column in _MAP_OF_KIND.items():
-        names = [f.name for f in registry.of_kind(kind)]
+        names = sorted({key for f in registry.features if f.kind is kind for key in f.log_keys})
         known = F.array(*[F.lit(n) for n in names]) if names else F.array().cast("array<string>")
         parts.append(F.array_except(F.coalesce(F.map_keys(column), F.array().cast("array<string>")), known))
     return F.concat(*parts)
 
 
 def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
-    """Parsed impression records as flat rows: keys, features, and what the summary counts.
+    """Parsed impression records as flat rows: keys, features (derived ones computed), and what the summary counts.
 
     ``_valid``: parsed, has an id and an event time, and the event time is in ``ds``.
     ``_unknown``: logged feature names not in the registry (dropped from the table).
     """
+    day = parse_ds(ds)
     valid = valid_records(records, ["impression_id", "event_time"]) & (
         F.to_date("event_time") == F.lit(ds).cast("date")
     )
-    return records.select(
+    flat = records.select(
         "impression_id",
         "user_id",
         "item_id",
         "event_time",
         "source_file",
-        *flatten_features(registry),
+        *flatten_features(registry, day),
         valid.alias("_valid"),
         unknown_feature_keys(registry).alias("_unknown"),
     )
+    return add_derived(flat, registry, day)
 
 
 def feature_rows(impressions: DataFrame, labels: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
@@ -235,7 +253,7 @@ def feature_rows(impressions: DataFrame, labels: DataFrame, registry: DatasetReg
         "item_id",
         "event_time",
         *[F.col(c).cast("int").alias(c) for c in registry.label_columns],
-        *[f.name for f in registry.features],
+        *[f.name for f in registry.stored_features],
         F.lit(ds).alias("ds"),
     )
 
@@ -293,7 +311,9 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     days = label_days(config.ds, registry.max_window)
     window_open = check_partitions(spark, landing, config, days)
     present_days = [d for d in days if path_exists(spark, landing.partition(Stream.LABELS, d))]
-    table = ensure_feature_table(spark, registry)
+    table, changes = prepare_for_write(spark, registry)
+    for change in changes:
+        say(f"{config.dataset}: {change.action.value} {change.detail}")
 
     say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(days[0])} .. {format_ds(days[-1])}")
     flat = flatten_impressions(read_impressions(spark, landing, [config.ds]), registry, ds).persist(

@@ -17,6 +17,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("featurehouse.demo", "the main job: generate 7 days of logs, label-join each day, query the table"),
     "generate": ("etl.generate", "write seeded impression and label logs into the landing zone"),
     "label-join": ("etl.label_join", "join one ds of impressions with their labels into featurehouse.<dataset>"),
+    "features": ("etl.features", "diff: show what a registry change does to its table; apply: do it (no file rewritten)"),
+    "backfill": ("etl.backfill", "fill a derived feature into past partitions, one commit per partition, verified"),
+    "catalog": ("etl.catalog", "sync: registry -> feature catalog; stats: one partition's feature statistics"),
     "sql": ("warehouse.sql", "run Spark SQL against the warehouse metastore and print the result"),
     "spark-args": ("featurehouse.spark_args", "print spark-sql/spark-submit arguments that reach the same warehouse"),
 }

@@ -71,6 +71,8 @@ def feature_row(registry: DatasetRegistry, feature: Feature) -> dict[str, Any]:
 
 def catalog_features(spark: SparkSession, dataset: str) -> dict[str, dict[str, Any]]:
     """The catalog's rows of ``dataset`` by feature name (without ``updated_at``); empty if never synced."""
+    if not spark.catalog.tableExists(catalog_table(FEATURES)):
+        return {}
     rows = spark.table(catalog_table(FEATURES)).where(F.col("dataset") == dataset).select(*_CONTENT).collect()
     return {row["feature"]: row.asDict() for row in rows}
 
@@ -79,18 +81,21 @@ def catalog_features(spark: SparkSession, dataset: str) -> dict[str, dict[str, A
 class SyncResult:
     dataset: str
     added: tuple[str, ...]
+    renamed: tuple[str, ...]
     changed: tuple[str, ...]
     removed: tuple[str, ...]
     unchanged: int
 
     def format(self) -> str:
-        if not (self.added or self.changed or self.removed):
+        groups = (("added", self.added), ("renamed", self.renamed), ("changed", self.changed), ("removed", self.removed))
+        if not any(names for _label, names in groups):
             return f"catalog sync {self.dataset}: {self.unchanged} features, no change"
-        parts = [f"{len(self.added)} added", f"{len(self.changed)} changed", f"{len(self.removed)} removed"]
+        parts = [f"{len(names)} {label}" for label, names in groups]
         lines = [f"catalog sync {self.dataset}: {', '.join(parts)}, {self.unchanged} unchanged"]
-        for label, names in (("added", self.added), ("changed", self.changed), ("removed", self.removed)):
+        for label, names in groups:
             if names:
-                lines.append(f"  {label:<8} {', '.join(names)}")
+                shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
+                lines.append(f"  {label:<8} {shown}")
         return "\n".join(lines)
 
 
@@ -106,15 +111,19 @@ def sync_features(spark: SparkSession, registry: DatasetRegistry, *, now: dt.dat
     existing = spark.table(table).where(F.col("dataset") == registry.dataset).collect()
     before: Mapping[str, dict[str, Any]] = {row["feature"]: row.asDict() for row in existing}
     wanted = {f.name: feature_row(registry, f) for f in registry.features}
-    added = tuple(name for name in wanted if name not in before)
-    removed = tuple(sorted(name for name in before if name not in wanted))
+    renames = {f.renamed_from: f.name for f in registry.features if f.renamed_from in before and f.name not in before}
+    added = tuple(name for name in wanted if name not in before and name not in renames.values())
+    renamed = tuple(f"{old} -> {new}" for old, new in renames.items())
+    removed = tuple(sorted(name for name in before if name not in wanted and name not in renames))
     changed = tuple(
         name for name in wanted if name in before and any(before[name][c] != wanted[name][c] for c in _CONTENT)
     )
-    result = SyncResult(registry.dataset, added, changed, removed, len(wanted) - len(added) - len(changed))
-    if not (added or changed or removed):
+    result = SyncResult(
+        registry.dataset, added, renamed, changed, removed, len(wanted) - len(added) - len(renamed) - len(changed)
+    )
+    if not (added or renamed or changed or removed):
         return result
-    fresh = set(added) | set(changed)
+    fresh = set(added) | set(changed) | set(renames.values())
     rows = [{**row, "updated_at": now if name in fresh else before[name]["updated_at"]} for name, row in wanted.items()]
     frame = spark.createDataFrame(rows, schema=from_arrow_schema(FEATURES_SCHEMA, prefer_timestamp_ntz=False))
     overwrite_where(spark, table, frame, F.col("dataset") == F.lit(registry.dataset))

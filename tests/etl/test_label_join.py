@@ -9,7 +9,7 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from etl import label_join
-from schemas.errors import LandingError, TableError
+from schemas.errors import LandingError
 from tests.conftest import close_partition, dataset_name, write_landing
 
 pytestmark = pytest.mark.spark
@@ -247,13 +247,3 @@ def test_table_is_partitioned_delta_in_the_metastore(spark, spark_home, request,
     partitions = [r[0] for r in spark.sql(f"SELECT DISTINCT ds FROM {summary.table}").collect()]
     assert partitions == [DAY1]
 
-
-def test_registry_change_against_existing_table_is_refused(spark, request, tmp_path, registry_dir):
-    landing = tmp_path / "landing"
-    write_landing(landing, "impressions", DAY1, [imp("a", "2026-11-01T08:00:00.000Z")])
-    close_label_days(landing, DAY1, 4)
-    join(spark, request, tmp_path, registry_dir)
-    path = registry_dir / f"{dataset_name(request)}.yaml"
-    path.write_text(path.read_text() + "  - {name: new_feature, kind: dense, dtype: float32, description: n, owner: t}\n")
-    with pytest.raises(TableError, match=r"registry columns missing from the table: new_feature"):
-        join(spark, request, tmp_path, registry_dir)

@@ -1,0 +1,213 @@
+"""Backfill a derived feature into past partitions, one partition per Delta commit.
+
+    featurehouse backfill --dataset ads --feature item_ctr_7d_log --from 2026-11-01 --to 2026-11-05
+    spark-submit etl/backfill.py --dataset ads --feature item_ctr_7d_log --from ... --to ...
+
+For each ds of the range that the table has, in order:
+
+* rows whose value already equals the expression's are counted; if all do, the
+  partition is skipped (a second run changes nothing and commits nothing);
+* otherwise the partition is rewritten with the feature recomputed (Delta's
+  replaceWhere on that ds: one commit, nothing half-published);
+* the commit is then verified against the version before it: the same row count,
+  every other column identical (an order-free fingerprint of their values), and
+  every row holding the expression's value. A failed check stops the job and names
+  the versions to ``RESTORE`` from.
+
+Partitions are read and rewritten whole; run it when no label join writes the same ds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from schemas.errors import RegistryError, TableError
+from schemas.names import format_ds, parse_ds, validate_name
+from schemas.registry import DatasetRegistry, Feature, load_dataset
+from warehouse.derived import derived_column, validate_derived
+from warehouse.evolution import prepare_for_write
+from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from warehouse.tables import replace_partition, table_name
+
+
+@dataclass(frozen=True)
+class BackfillConfig:
+    dataset: str
+    feature: str
+    start: dt.date
+    end: dt.date
+    home: Path
+    registry_dir: Path | None = None
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_name("dataset", self.dataset)
+        validate_name("feature", self.feature)
+        if self.end < self.start:
+            raise RegistryError(f"--to {self.end} is before --from {self.start}; give the range in order")
+
+
+@dataclass(frozen=True)
+class PartitionBackfill:
+    ds: str
+    rows: int
+    changed: int
+    version: int | None  # the commit written; None when the partition already held the values
+    seconds: float
+
+    def format(self) -> str:
+        if self.version is None:
+            return f"ds={self.ds}: {self.rows:,} rows already filled, nothing written ({self.seconds:.1f}s)"
+        return (f"ds={self.ds}: {self.changed:,} of {self.rows:,} rows filled, Delta version {self.version}, "
+                f"other columns verified identical ({self.seconds:.1f}s)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BackfillSummary:
+    dataset: str
+    feature: str
+    expression: str
+    table: str
+    days: tuple[str, ...]
+    partitions: tuple[PartitionBackfill, ...]
+    elapsed_s: float
+
+    def format(self) -> str:
+        present = {p.ds for p in self.partitions}
+        absent = [d for d in self.days if d not in present]
+        written = [p for p in self.partitions if p.version is not None]
+        lines = [
+            f"backfill {self.table}.{self.feature} = {self.expression}, ds {self.days[0]} .. {self.days[-1]}",
+            *(f"  {p.format()}" for p in self.partitions),
+            f"  {len(written)} partitions written, {len(self.partitions) - len(written)} already filled, "
+            f"{len(absent)} not in the table" + (f" ({', '.join(absent)})" if absent else ""),
+            f"  elapsed {self.elapsed_s:.1f}s",
+        ]
+        return "\n".join(lines)
+
+
+def _derived_feature(registry: DatasetRegistry, name: str) -> Feature:
+    feature = registry.by_name.get(name)
+    if feature is None:
+        raise RegistryError(f"{registry.source}: no feature {name!r}; add it (with a derived: expression) first")
+    if feature.derived is None:
+        raise RegistryError(
+            f"{registry.source}: feature {name!r} is not derived (it comes from the logs); backfill fills derived "
+            "features only: give it a derived: expression, or re-run the label join of the past days"
+        )
+    if not feature.stored:
+        raise RegistryError(f"{registry.source}: feature {name!r} is dropped; there is no column to fill")
+    return feature
+
+
+def _fingerprint(frame: DataFrame, columns: Sequence[str], check: Column) -> Row:
+    """Row count, an order-free fingerprint of ``columns``, and rows where ``check`` fails."""
+    return frame.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.coalesce(F.sum(F.xxhash64(*columns).cast("decimal(38,0)")), F.lit(0)).alias("fingerprint"),
+        F.count_if(~check).alias("mismatched"),
+    ).first()
+
+
+def _current_version(spark: SparkSession, table: str) -> int:
+    return int(DeltaTable.forName(spark, table).history(1).first()["version"])
+
+
+def backfill_partition(spark: SparkSession, table: str, feature: Feature, ds: str) -> PartitionBackfill:
+    """Fill ``feature`` into partition ``ds`` of ``table`` (see the module docstring)."""
+    started = time.monotonic()
+    value = derived_column(feature, parse_ds(ds))
+    version = _current_version(spark, table)
+
+    def at(v: int) -> DataFrame:
+        return spark.read.option("versionAsOf", v).table(table).where(F.col("ds") == ds)
+
+    before = at(version)
+    others = [c for c in before.columns if c != feature.name]
+    same = F.col(feature.name).eqNullSafe(value)
+    old = _fingerprint(before, others, same)
+    if old["mismatched"] == 0:
+        return PartitionBackfill(ds, int(old["rows"]), 0, None, time.monotonic() - started)
+    commit = replace_partition(spark, table, before.withColumn(feature.name, value), ds)
+    new = _fingerprint(at(commit.version), others, same)
+    problems = []
+    if new["rows"] != old["rows"]:
+        problems.append(f"{new['rows']:,} rows instead of {old['rows']:,}")
+    if new["fingerprint"] != old["fingerprint"]:
+        problems.append("other columns changed")
+    if new["mismatched"]:
+        problems.append(f"{new['mismatched']:,} rows differ from the expression")
+    if problems:
+        raise TableError(
+            f"backfill of {feature.name} into {table} ds={ds} wrote version {commit.version} but its check failed: "
+            f"{'; '.join(problems)}. Undo it with RESTORE TABLE {table} TO VERSION AS OF {version} "
+            "(if nothing else was written since) and report the bug"
+        )
+    return PartitionBackfill(ds, int(old["rows"]), int(old["mismatched"]), commit.version, time.monotonic() - started)
+
+
+def run(spark: SparkSession, config: BackfillConfig, *, progress: Progress | None = None) -> BackfillSummary:
+    """Backfill ``config.feature`` into the table's partitions from ``config.start`` to ``config.end``."""
+    started = time.monotonic()
+    say = progress or (lambda _message: None)
+    registry = load_dataset(config.dataset, config.registry_dir)
+    feature = _derived_feature(registry, config.feature)
+    validate_derived(spark, registry)
+    if not spark.catalog.tableExists(table_name(config.dataset)):
+        raise TableError(
+            f"table {table_name(config.dataset)} does not exist; write a partition first "
+            f"(featurehouse label-join --dataset {config.dataset} --ds ...)"
+        )
+    table, changes = prepare_for_write(spark, registry)
+    for change in changes:
+        say(f"{config.dataset}: {change.action.value} {change.detail}")
+    days = tuple(format_ds(config.start + dt.timedelta(days=i)) for i in range((config.end - config.start).days + 1))
+    present = sorted(
+        r.ds for r in spark.table(table).where(F.col("ds").between(days[0], days[-1])).select("ds").distinct().collect()
+    )
+    results = []
+    for i, ds in enumerate(present, start=1):
+        say(f"backfill {feature.name} ds={ds} ({i}/{len(present)})")
+        results.append(backfill_partition(spark, table, feature, ds))
+        say(f"  {results[-1].format()}")
+    return BackfillSummary(
+        config.dataset, feature.name, feature.derived or "", table, days, tuple(results), time.monotonic() - started
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> BackfillConfig:
+    parser = argparse.ArgumentParser(
+        prog="featurehouse backfill",
+        description="Fill a derived feature into past partitions of featurehouse.<dataset>, one Delta commit per "
+        "partition, verifying that no other column changed. Partitions already filled are skipped.",
+    )
+    parser.add_argument("--dataset", required=True, help="dataset name; its registry is <registry-dir>/<dataset>.yaml")
+    parser.add_argument("--feature", required=True, help="the derived feature to fill (it has a derived: expression)")
+    parser.add_argument("--from", dest="start", required=True, help="first ds to fill, YYYY-MM-DD")
+    parser.add_argument("--to", dest="end", required=True, help="last ds to fill, YYYY-MM-DD (inclusive)")
+    add_common_arguments(parser)
+    ns = parser.parse_args(argv)
+    return BackfillConfig(
+        dataset=ns.dataset,
+        feature=ns.feature,
+        start=parse_ds(ns.start, what="--from"),
+        end=parse_ds(ns.end, what="--to"),
+        **common_settings(ns),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_spark_job(lambda: parse_args(argv), lambda spark, config: run(spark, config, progress=stderr_progress))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
