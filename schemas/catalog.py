@@ -96,6 +96,16 @@ CATALOG_TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
 }
 
 
+def catalog_table_uri(warehouse_dir: str, name: str) -> str:
+    """Where a catalog table's Delta files live: the Hive layout of a managed table, ``<warehouse>/<db>.db/<table>``.
+
+    For readers without a metastore (``ingest/usage.py``); the warehouse folder is
+    ``<home>/warehouse`` on the embedded default.
+    """
+    catalog_table(name)  # validates the name
+    return f"{str(warehouse_dir).rstrip('/')}/{CATALOG_DATABASE}.db/{name}"
+
+
 def catalog_table(name: str) -> str:
     """The metastore name of a catalog table, e.g. ``featurehouse_catalog.features``."""
     if name not in CATALOG_TABLES:

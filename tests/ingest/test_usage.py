@@ -1,0 +1,76 @@
+"""Usage rows written without a JVM (deltalake) land in the catalog table Spark created and queries."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from ingest.usage import UsageRecord, record_usage
+from schemas.catalog import FEATURE_USAGE, catalog_table_uri
+from schemas.errors import ConfigError, InvalidNameError, TableError
+from schemas.registry import parse_registry
+from tests.conftest import dataset_name
+from warehouse.catalog import ensure_catalog, sync_features
+
+pytestmark = pytest.mark.spark
+
+NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def usage(dataset: str, job_id: str, features: list[str], days_ago: int, **extra) -> UsageRecord:
+    started = NOW - dt.timedelta(days=days_ago)
+    fields = dict(job_id=job_id, dataset=dataset, ds_from="2026-11-01", ds_to="2026-11-07", features=features,
+                  bytes_read=1000, rows_read=10, table_version=3, started_at=started,
+                  ended_at=started + dt.timedelta(minutes=5))  # fmt: skip
+    return UsageRecord(**{**fields, **extra})
+
+
+def test_usage_rows_appended_without_spark_are_read_by_spark_sql_and_the_views(spark, spark_home, request):
+    dataset = dataset_name(request)
+    ensure_catalog(spark)
+    registry = parse_registry({
+        "dataset": dataset, "labels": [{"name": "click", "window": "1h"}],
+        "features": [{"name": n, "kind": "dense", "dtype": "float32", "description": "d", "owner": "o"}
+                     for n in ("a", "b", "c")],
+    }, source="inline")  # fmt: skip
+    sync_features(spark, registry)
+    uri = catalog_table_uri(str(spark_home / "warehouse"), FEATURE_USAGE)
+    assert f"file:{uri}" == spark.sql(f"DESCRIBE DETAIL featurehouse_catalog.{FEATURE_USAGE}").first()["location"]
+
+    records = [
+        usage(dataset, "ctr-model", ["a", "b"], days_ago=1),
+        usage(dataset, "ctr-model", ["a"], days_ago=2),
+        usage(dataset, "cvr-model", ["a"], days_ago=20),
+    ]
+    version = record_usage(uri, records)
+    assert version >= 1
+
+    rows = spark.sql(
+        "SELECT run_id, job_id, features, bytes_read, started_at FROM featurehouse_catalog.feature_usage "
+        f"WHERE dataset = '{dataset}'"
+    ).collect()
+    assert sorted((r.run_id, r.job_id, list(r.features)) for r in rows) == sorted(
+        (r.run_id, r.job_id, list(r.features)) for r in records
+    )
+    popularity = {
+        r.feature: (r.jobs_7d, r.jobs_30d, r.runs_total)
+        for r in spark.sql(f"SELECT * FROM featurehouse_catalog.feature_popularity WHERE dataset = '{dataset}'").collect()
+    }
+    assert popularity == {"a": (1, 2, 3), "b": (1, 1, 1), "c": (0, 0, 0)}
+    unused = [r.feature for r in spark.sql(
+        f"SELECT feature FROM featurehouse_catalog.unused_features WHERE dataset = '{dataset}'").collect()]  # fmt: skip
+    assert unused == ["c"]
+
+
+def test_bad_usage_records_are_refused_with_their_fix(tmp_path):
+    with pytest.raises(InvalidNameError, match="feature"):
+        usage("ads", "job", ["Bad-Name"], days_ago=0)
+    with pytest.raises(ConfigError, match="ended .* before it started"):
+        usage("ads", "job", ["a"], days_ago=0, ended_at=NOW - dt.timedelta(days=1))
+    with pytest.raises(ConfigError, match="no time zone"):
+        usage("ads", "job", ["a"], days_ago=0, started_at=dt.datetime(2026, 11, 1), ended_at=dt.datetime(2026, 11, 2))
+    with pytest.raises(ConfigError, match="ds_to 2026-10-01 is before ds_from"):
+        usage("ads", "job", ["a"], days_ago=0, ds_to="2026-10-01")
+    with pytest.raises(TableError, match="catalog sync"):
+        record_usage(str(tmp_path / "nowhere"), [usage("ads", "job", ["a"], days_ago=0)])
