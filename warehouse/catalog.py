@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from schemas.catalog import CATALOG_DATABASE, CATALOG_TABLES, FEATURES, FEATURES_SCHEMA, catalog_table
 from schemas.registry import DatasetRegistry, Feature
 from warehouse.catalog_views import VIEWS
+from warehouse.tables import overwrite_where
 
 #: The columns of ``features`` that say what a feature is (everything but ``updated_at``).
 _CONTENT = tuple(f.name for f in FEATURES_SCHEMA if f.name != "updated_at")
@@ -32,6 +33,8 @@ def ensure_catalog(spark: SparkSession) -> None:
     """Create the catalog database, its Delta tables (if missing) and its views (replaced)."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {CATALOG_DATABASE}")
     for name, (schema, partition_columns) in CATALOG_TABLES.items():
+        if spark.catalog.tableExists(catalog_table(name)):
+            continue
         builder = (
             DeltaTable.createIfNotExists(spark)
             .tableName(catalog_table(name))
@@ -42,12 +45,6 @@ def ensure_catalog(spark: SparkSession) -> None:
         builder.execute()
     for name, body in VIEWS.items():
         spark.sql(f"CREATE OR REPLACE VIEW {CATALOG_DATABASE}.{name} AS {body.strip()}")
-
-
-def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition: Column) -> None:
-    """Replace the rows of ``table`` matching ``condition`` with ``frame`` in one Delta commit."""
-    columns = [f.name for f in spark.table(table).schema.fields]
-    frame.select(*columns).writeTo(table).overwrite(condition)
 
 
 def feature_row(registry: DatasetRegistry, feature: Feature) -> dict[str, Any]:
@@ -90,7 +87,7 @@ class SyncResult:
         groups = (("added", self.added), ("renamed", self.renamed), ("changed", self.changed), ("removed", self.removed))
         if not any(names for _label, names in groups):
             return f"catalog sync {self.dataset}: {self.unchanged} features, no change"
-        parts = [f"{len(names)} {label}" for label, names in groups]
+        parts = [f"{len(names)} {label}" for label, names in groups if names]
         lines = [f"catalog sync {self.dataset}: {', '.join(parts)}, {self.unchanged} unchanged"]
         for label, names in groups:
             if names:

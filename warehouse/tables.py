@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.errors import TableError
@@ -36,15 +36,16 @@ class CommitMetrics:
     removed_files: int
 
 
-def replace_partition(spark: SparkSession, table: str, frame: DataFrame, ds: str) -> CommitMetrics:
-    """Atomically replace partition ``ds`` of ``table`` with ``frame`` (one Delta commit).
+def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition: Column) -> CommitMetrics:
+    """Replace the rows of ``table`` matching ``condition`` with ``frame``, in one Delta commit.
 
-    Every row of ``frame`` must have ``ds == ds``; Delta refuses the commit
-    otherwise, so no other partition can be touched.
+    Delta refuses the commit if a row of ``frame`` does not match ``condition``, so
+    nothing else can be touched. The commit is found in the history by a per-call
+    ``userMetadata`` tag, so concurrent writers cannot be mistaken for it.
     """
     run_id = f"featurehouse:{uuid.uuid4()}"
     columns = [f.name for f in spark.table(table).schema.fields]
-    frame.select(*columns).writeTo(table).option("userMetadata", run_id).overwrite(F.col(PARTITION_COLUMN) == F.lit(ds))
+    frame.select(*columns).writeTo(table).option("userMetadata", run_id).overwrite(condition)
     history = DeltaTable.forName(spark, table).history(20).where(F.col("userMetadata") == run_id).collect()
     if len(history) != 1:
         raise TableError(f"could not find the commit of run {run_id} in the history of {table}")
@@ -56,3 +57,8 @@ def replace_partition(spark: SparkSession, table: str, frame: DataFrame, ds: str
         files=int(metrics.get("numFiles", 0)),
         removed_files=int(metrics.get("numRemovedFiles", 0)),
     )
+
+
+def replace_partition(spark: SparkSession, table: str, frame: DataFrame, ds: str) -> CommitMetrics:
+    """Atomically replace partition ``ds`` of ``table`` with ``frame`` (one Delta commit)."""
+    return overwrite_where(spark, table, frame, F.col(PARTITION_COLUMN) == F.lit(ds))

@@ -1,0 +1,111 @@
+"""``featurehouse catalog sync|stats``: keep the feature catalog in step with the registry and the data.
+
+    featurehouse catalog sync                                   # every registry file -> featurehouse_catalog.features
+    featurehouse catalog stats --dataset ads --ds 2026-11-01    # one partition's statistics -> feature_stats
+    spark-submit etl/catalog.py stats --dataset ads --ds 2026-11-01
+
+``sync`` is idempotent: unchanged features keep their row (and ``updated_at``), and
+nothing is written when nothing changed. ``stats`` computes a partition's statistics
+in one read of its files and replaces that ds's rows; ``--ds`` repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from schemas.names import format_ds, parse_ds, validate_name
+from schemas.registry import DEFAULT_REGISTRY_DIR, load_dataset
+from schemas.errors import ConfigError, RegistryError
+from warehouse import stats
+from warehouse.catalog import ensure_catalog, sync_features
+from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+
+ACTIONS = ("sync", "stats")
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    action: str
+    home: Path
+    datasets: tuple[str, ...] = ()
+    days: tuple[dt.date, ...] = ()
+    registry_dir: Path | None = None
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for dataset in self.datasets:
+            validate_name("dataset", dataset)
+        if self.action == "stats" and (len(self.datasets) != 1 or not self.days):
+            raise ConfigError(
+                "catalog stats needs exactly one --dataset and at least one --ds, e.g. "
+                "featurehouse catalog stats --dataset ads --ds 2026-11-01"
+            )
+
+
+@dataclass(frozen=True)
+class CatalogSummary:
+    lines: tuple[str, ...]
+
+    def format(self) -> str:
+        return "\n".join(self.lines)
+
+
+def registry_datasets(registry_dir: Path | None) -> tuple[str, ...]:
+    """The datasets that have a registry file in ``registry_dir``."""
+    directory = Path(registry_dir) if registry_dir else DEFAULT_REGISTRY_DIR
+    names = tuple(sorted(p.stem for p in directory.glob("*.yaml")))
+    if not names:
+        raise RegistryError(f"no registry files (*.yaml) in {directory}; pass --registry-dir")
+    return names
+
+
+def run(spark: SparkSession, config: CatalogConfig, *, progress: Progress | None = None) -> CatalogSummary:
+    say = progress or (lambda _message: None)
+    ensure_catalog(spark)
+    if config.action == "sync":
+        results = []
+        for dataset in config.datasets or registry_datasets(config.registry_dir):
+            say(f"catalog sync {dataset}")
+            results.append(sync_features(spark, load_dataset(dataset, config.registry_dir)).format())
+        return CatalogSummary(tuple(results))
+    registry = load_dataset(config.datasets[0], config.registry_dir)
+    lines = []
+    for i, day in enumerate(config.days, start=1):
+        say(f"catalog stats {registry.dataset} ds={format_ds(day)} ({i}/{len(config.days)})")
+        lines.append(stats.refresh_partition_stats(spark, registry, format_ds(day), progress=say).format())
+    return CatalogSummary(tuple(lines))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> CatalogConfig:
+    parser = argparse.ArgumentParser(
+        prog="featurehouse catalog",
+        description="sync: load registry files into featurehouse_catalog.features (idempotent). stats: compute one "
+        "partition's feature statistics (coverage, dense moments and quantiles, sparse list lengths and distinct "
+        "ids, compressed bytes per column) and replace that ds's rows of featurehouse_catalog.feature_stats.",
+    )
+    parser.add_argument("action", choices=ACTIONS, help="sync: registry -> features; stats: data -> feature_stats")
+    parser.add_argument("--dataset", action="append", default=[],
+                        help="dataset name (repeatable for sync; default: every registry file; exactly one for stats)")
+    parser.add_argument("--ds", action="append", default=[], help="partition, YYYY-MM-DD (stats; repeatable)")
+    add_common_arguments(parser)
+    ns = parser.parse_args(argv)
+    return CatalogConfig(
+        action=ns.action,
+        datasets=tuple(ns.dataset),
+        days=tuple(parse_ds(d) for d in ns.ds),
+        **common_settings(ns),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_spark_job(lambda: parse_args(argv), lambda spark, config: run(spark, config, progress=stderr_progress))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
