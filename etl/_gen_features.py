@@ -184,9 +184,23 @@ def sparse_plan(feature: Feature, seed: int) -> SparsePlan:
         rng.uniform(0, MAX_MISSING), rng.uniform(0.1, 0.4),
     )  # fmt: skip
 
-def plan_features(registry: DatasetRegistry, seed: int) -> tuple[DensePlan | SparsePlan, ...]:
-    """A plan per registry feature, in registry order."""
-    return tuple(dense_plan(f, seed) if f.kind is Kind.DENSE else sparse_plan(f, seed) for f in registry.features)
+def plan_features(
+    registry: DatasetRegistry, seed: int, day: dt.date | None = None
+) -> tuple[DensePlan | SparsePlan, ...]:
+    """A plan per feature the serving system logs on ``day``, in registry order.
+
+    Derived and dropped features are not logged; a feature with a later ``added_ds``
+    is not logged yet; deprecated features still are (the label join leaves them
+    null). A renamed feature is logged under its old key, as serving systems keep
+    theirs when the warehouse renames a column.
+    """
+    plans = []
+    for f in registry.logged_features:
+        if day is not None and f.lifecycle.added_ds is not None and day < f.lifecycle.added_ds:
+            continue
+        logged = f if f.renamed_from is None else f.model_copy(update={"name": f.renamed_from})
+        plans.append(dense_plan(logged, seed) if f.kind is Kind.DENSE else sparse_plan(logged, seed))
+    return tuple(plans)
 
 
 def hash_uniform(keys: np.ndarray, salt: int) -> np.ndarray:

@@ -353,13 +353,13 @@ def run(config: GenerateConfig, *, progress: Callable[[str], None] | None = None
     registry = load_dataset(config.dataset, config.registry_dir)
     plan = _Plan.of(config, registry)
     world = gw.build_world(users=config.users, items=config.items, seed=config.seed)
-    features = gf.plan_features(registry, config.seed)
     impression_days, drawn = [], []
     for i, day in enumerate(config.impression_days, start=1):
         t0 = time.perf_counter()
         imp = gw.draw_impressions(world, day, config.impressions_per_day)
         dup = np.random.default_rng([config.seed, 5, day.toordinal()]).random(imp.n) < config.duplicate_rate
         with gj.staged_partition(config.landing / "impressions", format_ds(day)) as writer:
+            features = gf.plan_features(registry, config.seed, day)
             _write_impressions(writer, imp, gf.feature_columns(world, imp, features), dup, plan.id_width)
         drawn.append(gw.draw_labels(world, imp, plan.windows_ms.tolist()))
         seconds, written = time.perf_counter() - t0, imp.n + int(dup.sum())

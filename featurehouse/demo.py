@@ -1,10 +1,15 @@
 """``featurehouse demo``: the main job, end to end on the embedded default.
 
 1. generate N days (default 7) of seeded impression and label logs into the landing zone;
-2. label-join each day into the Delta table ``featurehouse.<dataset>`` (one Spark session);
-3. print each day's summary and the answer to one SQL query over the table.
+2. sync the registry into the feature catalog, then label-join each day into the Delta
+   table ``featurehouse.<dataset>`` (one Spark session), evolving the schema on the way
+   as the registry's history says (``featurehouse/demo_catalog.py``): a feature added on
+   day 3, a rename on day 4, a deprecation on day 5, derived features on day 6 that are
+   backfilled into days 1-5; each change shown by ``features diff`` and run by ``features apply``;
+3. compute every partition's feature statistics into the catalog;
+4. print each step's summary and the answers to SQL questions over the table and the catalog.
 
-Later steps (catalog, reader, trainer) extend this same command.
+Later steps (reader, trainer) extend this same command.
 """
 
 from __future__ import annotations
@@ -15,10 +20,19 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import yaml
+
+from featurehouse.demo_catalog import CATALOG_QUESTIONS, dump, registry_as_of
 from schemas.errors import run_command
 from schemas.names import parse_ds, validate_name
 from warehouse.jobs import add_common_arguments, common_settings, stderr_progress
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from schemas.registry import DatasetRegistry
 
 DEMO_QUERY = """
 SELECT ds,
@@ -51,8 +65,10 @@ class DemoConfig:
 
 def run(config: DemoConfig) -> None:
     """Run the demo; print progress to stderr and the summaries to stdout."""
-    from etl import generate, label_join
-    from warehouse import sql
+    from etl import catalog, generate, label_join
+    from schemas.registry import DEFAULT_REGISTRY_DIR, load_dataset
+    from warehouse import evolution, sql
+    from warehouse.catalog import sync_features
     from warehouse.session import spark_session
 
     started = time.monotonic()
@@ -70,23 +86,75 @@ def run(config: DemoConfig) -> None:
         progress=stderr_progress,
     )
     print(gen_summary.format(), "", sep="\n", flush=True)
+    final = yaml.safe_load(((config.registry_dir or DEFAULT_REGISTRY_DIR) / f"{config.dataset}.yaml").read_text())
+    staged_dir = config.home / "registry"
+    staged_dir.mkdir(parents=True, exist_ok=True)
+    days = [config.start + dt.timedelta(days=i) for i in range(config.days)]
     with spark_session(config.home, conf=config.spark_conf) as spark:
-        for i in range(config.days):
-            day = config.start + dt.timedelta(days=i)
+        previous = None
+        for i, day in enumerate(days):
+            staged = registry_as_of(final, day, rename_on=config.start + dt.timedelta(days=3))
+            if staged != previous:
+                (staged_dir / f"{config.dataset}.yaml").write_text(dump(staged, day))
+                registry = load_dataset(config.dataset, staged_dir)
+                if previous is None:
+                    say(f"featurehouse catalog sync --registry-dir {staged_dir}", sync_features(spark, registry).format())
+                else:
+                    plan = evolution.make_plan(spark, registry)
+                    say(f"ds={day}: the registry changed; featurehouse features diff --dataset {config.dataset}",
+                        plan.format())  # fmt: skip
+                    say("featurehouse features apply", evolution.apply(spark, registry).format())
+                    _backfill_new(spark, registry, previous, config, staged_dir, first=days[0], last=day)
+                previous = staged
             stderr_progress(f"label join {i + 1}/{config.days}: ds={day}")
             summary = label_join.run(
                 spark,
-                label_join.LabelJoinConfig(
-                    dataset=config.dataset, ds=day, home=config.home, registry_dir=config.registry_dir
-                ),
+                label_join.LabelJoinConfig(dataset=config.dataset, ds=day, home=config.home, registry_dir=staged_dir),
                 progress=stderr_progress,
             )
             print(summary.format(), "", sep="\n", flush=True)
+        stats = catalog.run(
+            spark,
+            catalog.CatalogConfig(
+                action="stats", home=config.home, datasets=(config.dataset,), days=tuple(days), registry_dir=staged_dir
+            ),
+            progress=stderr_progress,
+        )
+        say(f"featurehouse catalog stats --dataset {config.dataset} --ds ... ({config.days} partitions)", stats.format())
         statement = DEMO_QUERY.format(dataset=config.dataset).strip()
-        result = sql.run(spark, sql.SqlConfig(statement=statement, home=config.home))
-    print("featurehouse sql \"" + " ".join(statement.split()) + "\"")
-    print(result.format())
-    print(f"\ndemo finished in {time.monotonic() - started:.0f}s; data under {config.home}")
+        say("featurehouse sql \"" + " ".join(statement.split()) + "\"",
+            sql.run(spark, sql.SqlConfig(statement=statement, home=config.home)).format())  # fmt: skip
+        if config.dataset == "ads":
+            for question, statement in CATALOG_QUESTIONS:
+                say(f"-- {question}\n{statement}", sql.run(spark, sql.SqlConfig(statement=statement, home=config.home)).format())
+    print(f"demo finished in {time.monotonic() - started:.0f}s; data under {config.home}")
+
+
+def say(command: str, output: str) -> None:
+    """Print a command (or question) and its output, as a reader of the demo's log wants to see them."""
+    print(command, output, "", sep="\n", flush=True)
+
+
+def _backfill_new(
+    spark: SparkSession, registry: DatasetRegistry, previous: dict, config: DemoConfig, staged_dir: Path, *,
+    first: dt.date, last: dt.date,
+) -> None:
+    """Backfill the derived features this registry change added into the days already written."""
+    from etl import backfill
+
+    before = {f["name"] for f in previous["features"]}
+    for feature in registry.derived_features:
+        if feature.name in before or last <= first:
+            continue
+        end = last - dt.timedelta(days=1)
+        result = backfill.run(
+            spark,
+            backfill.BackfillConfig(dataset=config.dataset, feature=feature.name, start=first, end=end,
+                                    home=config.home, registry_dir=staged_dir),  # fmt: skip
+            progress=stderr_progress,
+        )
+        say(f"featurehouse backfill --dataset {config.dataset} --feature {feature.name} --from {first} --to {end}",
+            result.format())  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

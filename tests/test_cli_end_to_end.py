@@ -1,6 +1,7 @@
 """The commands as a user runs them, each in its own process and JVM, on one fresh data folder:
 ``featurehouse generate``, the label join by spark-submit and by the CLI, ``featurehouse sql``,
-and the stock ``spark-sql`` shell with ``featurehouse spark-args``."""
+``features apply``, the catalog stats job by spark-submit, and the stock ``spark-sql`` shell with
+``featurehouse spark-args``."""
 
 from __future__ import annotations
 
@@ -46,8 +47,16 @@ def test_generate_join_and_query_from_the_command_line(tmp_path):
     generated = sum(1 for p in (home / "landing" / "impressions").rglob("*.jsonl") for line in p.open() if line.strip())
     assert 0 < sum(r["n"] for r in rows) <= generated
 
-    shell = sh(str(BIN / "spark-sql"), *spark_args, "-e", "SELECT count(*) FROM featurehouse.ads", env=env)
-    assert shell.stdout.split()[-1] == str(sum(r["n"] for r in rows))
+    applied = sh(featurehouse, "features", "apply", "--dataset", "ads", *QUIET, env=env).stdout
+    assert "features apply ads:" in applied and "catalog sync ads: 91 added" in applied
+    stats = sh(str(BIN / "spark-submit"), *spark_args, "etl/catalog.py", "stats", "--dataset", "ads",
+               "--ds", "2026-11-01", env=env).stdout
+    assert f"stats ads ds=2026-11-01 (table featurehouse.ads version 2): {rows[0]['n']:,} rows in" in stats
+
+    shell = sh(str(BIN / "spark-sql"), *spark_args, "-e",
+               "SELECT (SELECT count(*) FROM featurehouse.ads), (SELECT count(*) FROM featurehouse_catalog.feature_stats)",
+               env=env)  # fmt: skip
+    assert shell.stdout.split()[-2:] == [str(sum(r["n"] for r in rows)), "91"]
 
     bad = subprocess.run([featurehouse, "label-join", "--dataset", "ads", "--ds", "2026-12-01", *QUIET],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
