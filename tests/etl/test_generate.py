@@ -102,7 +102,12 @@ def test_same_seed_same_bytes_other_seed_other_bytes(generated, tmp_path):
 def test_impression_records_have_the_event_format(generated):
     _, _, impressions, _ = generated
     registry = load_dataset("ads")
-    names = {kind: {f.name for f in registry.of_kind(kind)} for kind in Kind}
+    # Logged: not derived, added by the last generated day (item_ctr_3d is added on 2026-11-03), and a
+    # renamed feature under its original key (user_region_ids as user_geo_ids).
+    logged = [f for f in registry.logged_features if f.lifecycle.added_ds <= dt.date(2026, 11, 2)]
+    names = {kind: {f.renamed_from or f.name for f in logged if f.kind is kind} for kind in Kind}
+    assert "item_ctr_3d" not in names[Kind.DENSE] and "user_geo_ids" in names[Kind.SPARSE]
+    assert {"item_ctr_7d_log", "user_topic_x_item_topic"}.isdisjoint(names[Kind.DENSE] | names[Kind.SPARSE])
     omitted = nulls = empty_lists = 0
     for _, _, rec in impressions:
         assert set(rec) == {"impression_id", "user_id", "item_id", "event_time", "dense", "sparse", "weighted_sparse"}

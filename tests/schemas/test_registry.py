@@ -94,3 +94,44 @@ def test_missing_dataset_lists_known_ones(tmp_path):
         load_dataset("nope", tmp_path)
     with pytest.raises(RegistryError, match=r"dataset name '\.\./x' is not allowed"):
         load_dataset("../x", tmp_path)
+
+
+LIFECYCLE = """\
+dataset: shop
+labels:
+  - {name: click, window: 30m}
+features:
+  - {name: price_usd, renamed_from: price, kind: dense, dtype: float64, description: d, owner: o}
+  - {name: tags, kind: sparse, dtype: int64, description: d, owner: o,
+     lifecycle: {status: deprecated, added_ds: 2026-11-01, deprecated_ds: 2026-11-05}}
+  - {name: legacy, kind: dense, dtype: float32, description: d, owner: o, lifecycle: {status: dropped}}
+  - {name: price_log, kind: dense, dtype: float32, derived: "log1p(price_usd)", description: d, owner: o}
+"""
+
+
+def test_lifecycle_renames_and_derived_features_shape_the_columns(tmp_path):
+    registry = load_registry(write(tmp_path, LIFECYCLE))
+    assert [f.name for f in registry.stored_features] == ["price_usd", "tags", "price_log"]  # dropped: no column
+    assert [f.name for f in registry.logged_features] == ["price_usd", "tags"]  # derived: not logged
+    assert registry.by_name["price_usd"].log_keys == ("price_usd", "price")
+    assert registry.known_log_keys == {"price_usd", "price", "tags", "legacy", "price_log"}
+    tags = registry.by_name["tags"]
+    assert tags.populated_on(dt.date(2026, 11, 4)) and not tags.populated_on(dt.date(2026, 11, 5))
+    assert not registry.by_name["legacy"].populated_on(dt.date(2026, 1, 1))
+    assert "legacy" not in arrow_schemas.table_schema(registry).names
+
+
+@pytest.mark.parametrize(
+    ("replace", "by", "message"),
+    [
+        ("renamed_from: price,", "renamed_from: tags,", r"'price_usd' is renamed_from 'tags', but 'tags' is still a feature"),
+        ("renamed_from: price,", "renamed_from: price_usd,", r"renamed_from 'price_usd' is the feature's own name"),
+        ("deprecated_ds: 2026-11-05", "deprecated_ds: 2026-10-05", r"deprecated_ds 2026-10-05 is before added_ds"),
+        ("status: dropped", "status: retired", r"feature 'legacy': lifecycle\.status 'retired' is not allowed"),
+        ('derived: "log1p(price_usd)"', 'derived: ""', r"feature 'price_log': derived: String should have at least 1"),
+    ],
+)
+def test_bad_lifecycle_renames_and_derivations_are_refused(tmp_path, replace, by, message):
+    assert replace in LIFECYCLE
+    with pytest.raises(RegistryError, match=message):
+        load_registry(write(tmp_path, LIFECYCLE.replace(replace, by, 1)))

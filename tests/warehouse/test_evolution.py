@@ -217,3 +217,34 @@ def test_diff_lists_exactly_the_changes_made_to_the_registry_file(spark, world):
     topics = {r.ds: r.n for r in spark.sql(
         f"SELECT ds, count(user_topic_ids) AS n FROM {world.table} GROUP BY ds").collect()}  # fmt: skip
     assert topics == {DAYS[0]: 4, DAYS[1]: 0}
+
+
+def test_a_table_without_column_mapping_is_upgraded_before_its_first_rename(spark, world):
+    from delta.tables import DeltaTable
+
+    from schemas.spark import table_schema
+    from warehouse.tables import replace_partition
+
+    registry = world.registry()
+    spark.sql("CREATE DATABASE IF NOT EXISTS featurehouse")
+    # created the way tables were before column mapping: no table properties
+    DeltaTable.createIfNotExists(spark).tableName(world.table).addColumns(table_schema(registry)).partitionedBy(
+        "ds"
+    ).execute()
+    row = {c: None for c in registry.columns} | {"impression_id": "x", "label_click": 1, "label_conversion": 0,
+                                                 "item_price": 2.5, "ds": DAYS[0]}  # fmt: skip
+    replace_partition(spark, world.table, spark.createDataFrame([row], table_schema(registry)), DAYS[0])
+    files_before = data_files(table_dir(spark, world.table))
+
+    def rename(raw: dict) -> None:
+        price = feature(raw, "item_price")
+        price["renamed_from"], price["name"] = "item_price", "price"
+
+    world.edit(rename)
+    plan = evolution.make_plan(spark, world.registry())
+    assert [c.action for c in plan.changes] == [Action.ENABLE_COLUMN_MAPPING, Action.RENAME_COLUMN, Action.REGISTER]
+    evolution.apply(spark, world.registry())
+    properties = spark.sql(f"DESCRIBE DETAIL {world.table}").first()["properties"]
+    assert properties["delta.columnMapping.mode"] == "name"
+    assert data_files(table_dir(spark, world.table)) == files_before
+    assert [r.price for r in spark.table(world.table).collect()] == [2.5]
