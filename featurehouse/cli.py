@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 #: subcommand -> (module with main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("featurehouse.demo", "the main job: generate 7 days of logs, label-join each day, query the table"),
+    "demo": ("featurehouse.demo", "the main job: 7 days of logs label-joined while the schema evolves, catalog stats, SQL"),
     "generate": ("etl.generate", "write seeded impression and label logs into the landing zone"),
     "label-join": ("etl.label_join", "join one ds of impressions with their labels into featurehouse.<dataset>"),
     "features": ("etl.features", "diff: show what a registry change does to its table; apply: do it (no file rewritten)"),

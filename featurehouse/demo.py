@@ -1,7 +1,8 @@
 """``featurehouse demo``: the main job, end to end on the embedded default.
 
 1. generate N days (default 7) of seeded impression and label logs into the landing zone;
-2. sync the registry into the feature catalog, then label-join each day into the Delta
+2. drop what an earlier run left of the dataset (its table and catalog rows), sync the
+   registry into the feature catalog, then label-join each day into the Delta
    table ``featurehouse.<dataset>`` (one Spark session), evolving the schema on the way
    as the registry's history says (``featurehouse/demo_catalog.py``): a feature added on
    day 3, a rename on day 4, a deprecation on day 5, derived features on day 6 that are
@@ -91,6 +92,7 @@ def run(config: DemoConfig) -> None:
     staged_dir.mkdir(parents=True, exist_ok=True)
     days = [config.start + dt.timedelta(days=i) for i in range(config.days)]
     with spark_session(config.home, conf=config.spark_conf) as spark:
+        _start_from_scratch(spark, config.dataset)
         previous = None
         for i, day in enumerate(days):
             staged = registry_as_of(final, day, rename_on=config.start + dt.timedelta(days=3))
@@ -128,6 +130,23 @@ def run(config: DemoConfig) -> None:
             for question, statement in CATALOG_QUESTIONS:
                 say(f"-- {question}\n{statement}", sql.run(spark, sql.SqlConfig(statement=statement, home=config.home)).format())
     print(f"demo finished in {time.monotonic() - started:.0f}s; data under {config.home}")
+
+
+def _start_from_scratch(spark: SparkSession, dataset: str) -> None:
+    """Drop what an earlier demo run left of ``dataset``: the demo replays its registry's history from nothing."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from schemas.catalog import FEATURE_STATS, FEATURES, catalog_table
+    from warehouse.tables import table_name
+
+    table = table_name(dataset)
+    if spark.catalog.tableExists(table):
+        stderr_progress(f"dropping {table} and its catalog rows, left by an earlier demo run")
+        spark.sql(f"DROP TABLE {table}")
+    for name in (FEATURES, FEATURE_STATS):
+        if spark.catalog.tableExists(catalog_table(name)):
+            DeltaTable.forName(spark, catalog_table(name)).delete(F.col("dataset") == dataset)
 
 
 def say(command: str, output: str) -> None:

@@ -116,7 +116,8 @@ def _kind_of(data_type: DataType) -> str:
     return data_type.simpleString()
 
 
-def _check_type(feature: Feature, column: str, actual: DataType, registry: DatasetRegistry) -> None:
+def check_type(feature: Feature, column: str, actual: DataType, registry: DatasetRegistry) -> None:
+    """Refuse a table column whose type is not the feature's: kinds and dtypes never change."""
     wanted = feature_type(feature)
     if actual != wanted:
         raise RegistryError(
@@ -155,18 +156,20 @@ def _column_changes(
                     f"{registry.source}: feature {name!r} is renamed_from {old!r}, but table {table} has both "
                     f"columns; drop one (status: dropped on a feature of that name) or remove renamed_from"
                 )
-            _check_type(feature, name, columns[name], registry)
+            check_type(feature, name, columns[name], registry)
             accounted.add(name)
         elif old and old in columns:
-            _check_type(feature, old, columns[old], registry)
+            check_type(feature, old, columns[old], registry)
             accounted.add(old)
             changes.append(Change(Action.RENAME_COLUMN, name, f"{old} -> {name} (metadata only, no file rewritten)",
                                   f"ALTER TABLE {table} RENAME COLUMN `{old}` TO `{name}`"))  # fmt: skip
         else:
-            derived = f", derived: {feature.derived}; fill past partitions with featurehouse backfill" if feature.derived else ""
+            detail = f"{name} {_kind_of(feature_type(feature))}" + (
+                f" = {feature.derived} (past partitions read null until backfilled)" if feature.derived
+                else " (past partitions read null)"
+            )  # fmt: skip
             changes.append(
-                Change(Action.ADD_COLUMN, name,
-                       f"{name} {_kind_of(feature_type(feature))} (past partitions read null{derived})",
+                Change(Action.ADD_COLUMN, name, detail,
                        f"ALTER TABLE {table} ADD COLUMNS (`{name}` {feature_type(feature).simpleString()})")
             )  # fmt: skip
     strays = sorted(set(columns) - accounted)
@@ -255,12 +258,14 @@ def table_state(spark: SparkSession, table: str) -> tuple[dict[str, DataType] | 
     return columns, properties.get(COLUMN_MAPPING, "none") == "name"
 
 
-def make_plan(spark: SparkSession, registry: DatasetRegistry, *, database: str = DATABASE) -> Plan:
-    """Compare ``registry`` with its table and the catalog; change nothing."""
+def make_plan(
+    spark: SparkSession, registry: DatasetRegistry, *, database: str = DATABASE, with_catalog: bool = True
+) -> Plan:
+    """Compare ``registry`` with its table and (unless ``with_catalog`` is false) the catalog; change nothing."""
     table = table_name(registry.dataset, database=database)
     columns, mapping = table_state(spark, table)
     validate_derived(spark, registry)
-    catalog = catalog_features(spark, registry.dataset)
+    catalog = catalog_features(spark, registry.dataset) if with_catalog else {}
     return plan_changes(registry, table=table, columns=columns, column_mapping=mapping, catalog=catalog)
 
 
@@ -300,7 +305,7 @@ def prepare_for_write(spark: SparkSession, registry: DatasetRegistry, *, databas
 
     Returns the table name and the changes made.
     """
-    pending_plan = make_plan(spark, registry, database=database)
+    pending_plan = make_plan(spark, registry, database=database, with_catalog=False)
     if pending_plan.pending:
         listed = "; ".join(c.detail.split(" (")[0] for c in pending_plan.pending)
         raise TableError(

@@ -31,8 +31,8 @@ from schemas.catalog import DENSE_QUANTILES, FEATURE_STATS, FEATURE_STATS_SCHEMA
 from schemas.errors import ConfigError, InvalidNameError, TableError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import PARTITION_COLUMN, DatasetRegistry, Feature, Kind
-from schemas.spark import feature_type
 from warehouse.catalog import ensure_catalog
+from warehouse.evolution import check_type
 from warehouse.footers import bytes_by_column, open_snapshot, partition_files, physical_names
 from warehouse.jobs import Progress
 from warehouse.tables import overwrite_where, table_name
@@ -116,20 +116,6 @@ def _table_location(spark: SparkSession, table: str, *, dataset: str, ds: str) -
         found = None if detail is None else detail["format"]
         raise TableError(f"table {table} is a {found} table, not Delta; feature tables are Delta tables")
     return str(detail["location"])
-
-
-def _check_types(table: str, frame: DataFrame, features: Sequence[Feature]) -> None:
-    actual = {f.name: f.dataType for f in frame.schema.fields}
-    wrong = [
-        f"{f.name} (table {actual[f.name].simpleString()}, registry {feature_type(f).simpleString()})"
-        for f in features
-        if actual[f.name].simpleString() != feature_type(f).simpleString()
-    ]
-    if wrong:
-        raise TableError(
-            f"table {table} does not match the registry: columns whose type differs: {', '.join(wrong)}; "
-            "a feature's kind and dtype never change: register a new feature instead"
-        )
 
 
 def _aggregates(features: Sequence[Feature], accuracy: int) -> list[Column]:
@@ -262,7 +248,9 @@ def compute_partition_stats(
     present = set(frame.schema.names)
     features = [f for f in registry.stored_features if f.name in present]
     skipped = tuple(f.name for f in registry.stored_features if f.name not in present)
-    _check_types(table, frame, features)
+    actual = {f.name: f.dataType for f in frame.schema.fields}
+    for feature in features:
+        check_type(feature, feature.name, actual[feature.name], registry)
     sparse = any(f.kind is not Kind.DENSE for f in features)
 
     projected = frame.where(F.col(PARTITION_COLUMN) == F.lit(ds)).select(*(f.name for f in features))
