@@ -30,7 +30,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from schemas.errors import RegistryError, TableError
+from schemas.errors import ConfigError, RegistryError, TableError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import DatasetRegistry, Feature, load_dataset
 from warehouse.derived import derived_column, validate_derived
@@ -53,7 +53,7 @@ class BackfillConfig:
         validate_name("dataset", self.dataset)
         validate_name("feature", self.feature)
         if self.end < self.start:
-            raise RegistryError(f"--to {self.end} is before --from {self.start}; give the range in order")
+            raise ConfigError(f"--to {self.end} is before --from {self.start}; give the range in order")
 
 
 @dataclass(frozen=True)
