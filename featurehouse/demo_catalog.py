@@ -18,7 +18,7 @@ import yaml
 #: (question, SQL): what the README shows, run by the demo over the catalog.
 CATALOG_QUESTIONS: tuple[tuple[str, str], ...] = (
     (
-        "Which features of ads has no training job read in the last 30 days?",
+        "Which features of ads have no training job read in the last 30 days?",
         """SELECT status, count(*) AS features, min(feature) AS first, max(feature) AS last
 FROM featurehouse_catalog.unused_features
 WHERE dataset = 'ads'
