@@ -112,17 +112,13 @@ class Plan:
 # --------------------------------------------------------------------------- planning (no Spark calls)
 
 
-def _kind_of(data_type: DataType) -> str:
-    return data_type.simpleString()
-
-
 def check_type(feature: Feature, column: str, actual: DataType, registry: DatasetRegistry) -> None:
     """Refuse a table column whose type is not the feature's: kinds and dtypes never change."""
     wanted = feature_type(feature)
     if actual != wanted:
         raise RegistryError(
             f"{registry.source}: feature {feature.name!r} is {feature.kind.value} {feature.dtype.value} "
-            f"({_kind_of(wanted)}) but table column {column!r} is {_kind_of(actual)}; a feature's kind and dtype "
+            f"({wanted.simpleString()}) but table column {column!r} is {actual.simpleString()}; a feature's kind and dtype "
             f"cannot change: add a new feature with a new name (and deprecate {feature.name!r}) instead"
         )
 
@@ -164,7 +160,7 @@ def _column_changes(
             changes.append(Change(Action.RENAME_COLUMN, name, f"{old} -> {name} (metadata only, no file rewritten)",
                                   f"ALTER TABLE {table} RENAME COLUMN `{old}` TO `{name}`"))  # fmt: skip
         else:
-            detail = f"{name} {_kind_of(feature_type(feature))}" + (
+            detail = f"{name} {feature_type(feature).simpleString()}" + (
                 f" = {feature.derived} (past partitions read null until backfilled)" if feature.derived
                 else " (past partitions read null)"
             )  # fmt: skip
@@ -295,7 +291,11 @@ def apply_table_changes(spark: SparkSession, the_plan: Plan, *, only_automatic: 
             try:
                 spark.sql(change.sql)
             except AnalysisException as err:
-                raise TableError(f"{change.action.value} on {the_plan.table} failed: {err}") from err
+                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise TableError(
+                    f"{change.action.value} on {the_plan.table} failed: {reason}; the changes before it are applied, "
+                    f"so fix the cause and run featurehouse features apply --dataset {the_plan.registry.dataset} again"
+                ) from err
         done.append(change)
     return done
 
