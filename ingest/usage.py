@@ -16,7 +16,6 @@ catalog sync`` creates it). Spark SQL then sees the rows at once::
 from __future__ import annotations
 
 import datetime as dt
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,10 +24,7 @@ import pyarrow as pa
 
 from schemas.catalog import FEATURE_USAGE_SCHEMA
 from schemas.errors import ConfigError, TableError
-from schemas.names import format_ds, parse_ds, validate_name
-
-JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}$")
-
+from schemas.names import JOB_ID_RULE, format_ds, parse_ds, valid_job_id, validate_name
 
 @dataclass(frozen=True)
 class UsageRecord:
@@ -47,10 +43,8 @@ class UsageRecord:
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     def __post_init__(self) -> None:
-        if not JOB_ID_PATTERN.fullmatch(self.job_id or ""):
-            raise ConfigError(
-                f"job id {self.job_id!r} is not allowed; use 1-200 letters, digits and _ . : / - (e.g. ctr-model-v3)"
-            )
+        if not valid_job_id(self.job_id):
+            raise ConfigError(f"job id {self.job_id!r} is not allowed; use {JOB_ID_RULE}")
         validate_name("dataset", self.dataset)
         if not self.features:
             raise ConfigError(f"usage of job {self.job_id!r} lists no features; record the features it read")

@@ -9,6 +9,13 @@ from schemas.errors import ConfigError, InvalidNameError
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 NAME_RULE = "lowercase letters, digits and '_', starting with a letter, at most 63 characters"
+JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}$")
+JOB_ID_RULE = "1-200 letters, digits and _ . : / -, starting with a letter or digit (e.g. ctr-model-v3)"
+
+
+def valid_job_id(value: object) -> bool:
+    """Whether ``value`` is an allowed training-job id."""
+    return isinstance(value, str) and bool(JOB_ID_PATTERN.fullmatch(value))
 
 
 def validate_name(what: str, value: str) -> str:

@@ -1,0 +1,181 @@
+"""A training job's spec: what it reads (dataset, partitions, features, labels) and how it batches.
+
+One YAML file per job, validated once against the dataset's registry::
+
+    job_id: ctr-model-v3
+    dataset: ads
+    ds: {from: 2026-11-01, to: 2026-11-07}      # or a list: [2026-11-01, 2026-11-03]
+    features:
+      - name: user_ctr_7d
+        transforms: [{fill: 0.0}, {clamp: [0, 1]}, log1p]
+      - name: item_topic_ids
+        transforms: [{hash: 100000}, {truncate: 20}]
+    labels: [click]
+    batch_size: 4096
+    shuffle_buffer: 65536
+    seed: 7
+    drop_last: true
+
+A feature that is not in the registry, or is deprecated or dropped, is refused with
+its name and the registry's closest names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from schemas.errors import ConfigError, RegistryError
+from schemas.names import JOB_ID_RULE, NAME_PATTERN, NAME_RULE, valid_job_id
+from schemas.registry import DatasetRegistry, Feature, Status, load_dataset
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DsRange(_Frozen):
+    start: dt.date = Field(alias="from")
+    end: dt.date = Field(alias="to")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DsRange:
+        if self.end < self.start:
+            raise ValueError(f"ds range to {self.end} is before from {self.start}; give it in order")
+        return self
+
+    def days(self) -> tuple[dt.date, ...]:
+        return tuple(self.start + dt.timedelta(days=i) for i in range((self.end - self.start).days + 1))
+
+
+class FeatureSpec(_Frozen):
+    """A feature the job reads, with its transforms in order (see ``ingest/transforms.py``)."""
+
+    name: str
+    transforms: tuple[Any, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_PATTERN.fullmatch(value):
+            raise ValueError(f"feature name {value!r} is not allowed; use {NAME_RULE}")
+        return value
+
+
+class JobSpec(_Frozen):
+    job_id: str
+    dataset: str
+    ds: DsRange | tuple[dt.date, ...]
+    features: tuple[FeatureSpec, ...] = Field(min_length=1)
+    labels: tuple[str, ...] = Field(min_length=1)
+    batch_size: int = Field(default=4096, gt=0)
+    shuffle_buffer: int = Field(default=0, ge=0)
+    seed: int = 0
+    drop_last: bool = False
+    source: str = "<memory>"
+
+    @field_validator("job_id")
+    @classmethod
+    def _job_id(cls, value: str) -> str:
+        if not valid_job_id(value):
+            raise ValueError(f"job_id {value!r} is not allowed; use {JOB_ID_RULE}")
+        return value
+
+    @field_validator("ds")
+    @classmethod
+    def _ds_list(cls, value: DsRange | tuple[dt.date, ...]) -> DsRange | tuple[dt.date, ...]:
+        if isinstance(value, tuple):
+            if not value:
+                raise ValueError("ds is an empty list; name at least one partition, or give {from: ..., to: ...}")
+            if len(set(value)) != len(value):
+                raise ValueError("ds lists a partition twice; list each once")
+            return tuple(sorted(value))
+        return value
+
+    @property
+    def days(self) -> tuple[dt.date, ...]:
+        return self.ds.days() if isinstance(self.ds, DsRange) else self.ds
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.features)
+
+
+def _closest(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+    return f"closest registry names: {', '.join(close)}" if close else "no registry name is close"
+
+
+def check_against_registry(spec: JobSpec, registry: DatasetRegistry) -> tuple[Feature, ...]:
+    """The registry's features of the spec, in spec order; refuse unknown, deprecated and dropped ones."""
+    names = [f.name for f in registry.features]
+    seen: set[str] = set()
+    features = []
+    for wanted in spec.feature_names:
+        if wanted in seen:
+            raise ConfigError(f"{spec.source}: feature {wanted!r} is listed twice; list each feature once")
+        seen.add(wanted)
+        feature = registry.by_name.get(wanted)
+        renamed = next((f for f in registry.features if f.renamed_from == wanted), None)
+        if feature is None and renamed is not None:
+            raise ConfigError(
+                f"{spec.source}: feature {wanted!r} was renamed to {renamed.name!r} in {registry.source}; "
+                f"use {renamed.name!r}"
+            )
+        if feature is None:
+            raise ConfigError(
+                f"{spec.source}: feature {wanted!r} is not in dataset {registry.dataset!r} ({registry.source}); "
+                f"{_closest(wanted, names)}"
+            )
+        if feature.status is not Status.ACTIVE:
+            since = f" from {feature.lifecycle.deprecated_ds}" if feature.lifecycle.deprecated_ds else ""
+            active = [f.name for f in registry.features if f.status is Status.ACTIVE]
+            raise ConfigError(
+                f"{spec.source}: feature {wanted!r} is {feature.status.value}{since} in {registry.source}; "
+                f"remove it from the job or pick an active feature ({_closest(wanted, active)})"
+            )
+        features.append(feature)
+    known_labels = [label.name for label in registry.labels]
+    for label in spec.labels:
+        if label not in known_labels:
+            raise ConfigError(
+                f"{spec.source}: label {label!r} is not a label type of {registry.dataset!r}; "
+                f"use one of {', '.join(known_labels)}"
+            )
+    return tuple(features)
+
+
+def parse_spec(raw: Any, *, source: str) -> JobSpec:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: a job spec is a mapping with keys job_id, dataset, ds, features, labels, ...")
+    try:
+        return JobSpec.model_validate({**raw, "source": source})
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in err.errors()
+        )
+        raise ConfigError(f"{source}: {problems}") from err
+
+
+def load_spec(path: str | Path, *, registry_dir: str | Path | None = None) -> tuple[JobSpec, DatasetRegistry]:
+    """Load a job spec file and check it against its dataset's registry."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise ConfigError(f"job spec {path} does not exist; pass the path of a job YAML file") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    spec = parse_spec(raw, source=str(path))
+    try:
+        registry = load_dataset(spec.dataset, registry_dir)
+    except RegistryError as err:
+        raise ConfigError(f"{path}: {err}") from err
+    check_against_registry(spec, registry)
+    return spec, registry
