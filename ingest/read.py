@@ -88,6 +88,27 @@ def open_counted(uri: str, counter: IoCounter) -> Iterator[CountingFile]:
         handle.close()
 
 
+_MAGIC = b"PAR1"
+
+
+def read_footer(handle: CountingFile, uri: str) -> pq.FileMetaData:
+    """A file's Parquet metadata, reading exactly its footer (pyarrow alone reads a 64 KiB tail)."""
+    size = handle.size()
+    if size < 12:
+        raise TableError(f"data file {uri} is {size} bytes, too short to be Parquet; it is truncated")
+    handle.seek(size - 8)
+    tail = handle.read(8)
+    length = int.from_bytes(tail[:4], "little")
+    if tail[4:] != _MAGIC or length > size - 12:
+        raise TableError(f"data file {uri} has no Parquet footer (is it truncated or not Parquet?)")
+    handle.seek(size - 8 - length)
+    footer = handle.read(length)
+    try:
+        return pq.read_metadata(pa.BufferReader(_MAGIC + footer + tail))
+    except (OSError, pa.ArrowInvalid) as err:
+        raise TableError(f"data file {uri} has a corrupt Parquet footer: {err}") from err
+
+
 def read_file(
     file: DataFile, snapshot: Snapshot, registry: DatasetRegistry, columns: Sequence[str], counter: IoCounter
 ) -> pa.Table:
@@ -98,7 +119,7 @@ def read_file(
     """
     with open_counted(file.uri, counter) as handle:
         try:
-            parquet = pq.ParquetFile(handle, pre_buffer=False)
+            parquet = pq.ParquetFile(handle, metadata=read_footer(handle, file.uri), pre_buffer=False)
             present = set(parquet.schema_arrow.names)
             wanted = [snapshot.physical[c] for c in columns if snapshot.physical.get(c) in present]
             table = parquet.read(columns=wanted, use_threads=False)
