@@ -91,22 +91,25 @@ def open_counted(uri: str, counter: IoCounter) -> Iterator[CountingFile]:
 _MAGIC = b"PAR1"
 
 
-def read_footer(handle: CountingFile, uri: str) -> pq.FileMetaData:
-    """A file's Parquet metadata, reading exactly its footer (pyarrow alone reads a 64 KiB tail)."""
+def read_footer(handle: CountingFile, where: str) -> pq.FileMetaData:
+    """A file's Parquet metadata, reading exactly its footer (pyarrow alone reads a 64 KiB tail).
+
+    ``where`` names the file in errors.
+    """
     size = handle.size()
     if size < 12:
-        raise TableError(f"data file {uri} is {size} bytes, too short to be Parquet; it is truncated")
+        raise TableError(f"data file {where} is corrupt or truncated: {size} bytes, too short for Parquet")
     handle.seek(size - 8)
     tail = handle.read(8)
     length = int.from_bytes(tail[:4], "little")
     if tail[4:] != _MAGIC or length > size - 12:
-        raise TableError(f"data file {uri} has no Parquet footer (is it truncated or not Parquet?)")
+        raise TableError(f"data file {where} is corrupt or truncated: no Parquet footer at its end")
     handle.seek(size - 8 - length)
     footer = handle.read(length)
     try:
         return pq.read_metadata(pa.BufferReader(_MAGIC + footer + tail))
     except (OSError, pa.ArrowInvalid) as err:
-        raise TableError(f"data file {uri} has a corrupt Parquet footer: {err}") from err
+        raise TableError(f"data file {where} is corrupt or truncated: its Parquet footer does not parse: {err}") from err
 
 
 def read_file(
@@ -119,7 +122,7 @@ def read_file(
     """
     with open_counted(file.uri, counter) as handle:
         try:
-            parquet = pq.ParquetFile(handle, metadata=read_footer(handle, file.uri), pre_buffer=False)
+            parquet = pq.ParquetFile(handle, metadata=read_footer(handle, f"{file.uri} (ds={file.ds})"), pre_buffer=False)
             present = set(parquet.schema_arrow.names)
             wanted = [snapshot.physical[c] for c in columns if snapshot.physical.get(c) in present]
             table = parquet.read(columns=wanted, use_threads=False)
