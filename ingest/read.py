@@ -112,31 +112,48 @@ def read_footer(handle: CountingFile, where: str) -> pq.FileMetaData:
         raise TableError(f"data file {where} is corrupt or truncated: its Parquet footer does not parse: {err}") from err
 
 
-def read_file(
-    file: DataFile, snapshot: Snapshot, registry: DatasetRegistry, columns: Sequence[str], counter: IoCounter
+def row_group_rows(file: DataFile, counter: IoCounter) -> tuple[int, ...]:
+    """The row count of each row group of a data file, from its footer alone."""
+    with open_counted(file.uri, counter) as handle:
+        metadata = read_footer(handle, f"{file.uri} (ds={file.ds})")
+    return tuple(metadata.row_group(g).num_rows for g in range(metadata.num_row_groups))
+
+
+def read_row_groups(
+    file: DataFile,
+    snapshot: Snapshot,
+    registry: DatasetRegistry,
+    columns: Sequence[str],
+    counter: IoCounter,
+    *,
+    row_groups: Sequence[int] | None = None,
 ) -> pa.Table:
-    """The ``columns`` (logical names: features, labels) of one data file, read by projection.
+    """The ``columns`` (logical names: features, labels, keys) of a data file's ``row_groups`` (default: all),
+    read by projection, in row-group order.
 
     A feature the file lacks is filled with its registry default; any other missing
     column is an error. A corrupt or truncated file is a :class:`TableError` naming it.
     """
+    where = f"{file.uri} (ds={file.ds})"
     with open_counted(file.uri, counter) as handle:
         try:
-            parquet = pq.ParquetFile(handle, metadata=read_footer(handle, f"{file.uri} (ds={file.ds})"), pre_buffer=False)
+            parquet = pq.ParquetFile(handle, metadata=read_footer(handle, where), pre_buffer=False)
             present = set(parquet.schema_arrow.names)
-            wanted = [snapshot.physical[c] for c in columns if snapshot.physical.get(c) in present]
-            table = parquet.read(columns=wanted, use_threads=False)
+            found = [c for c in columns if snapshot.physical.get(c) in present]
+            physical = [snapshot.physical[c] for c in found]
+            groups = range(parquet.num_row_groups) if row_groups is None else row_groups
+            table = parquet.read_row_groups(list(groups), columns=physical, use_threads=False)
         except (OSError, pa.ArrowInvalid) as err:
-            raise TableError(f"data file {file.uri} (ds={file.ds}) is corrupt or truncated: {err}") from err
-    by_physical = dict(zip(wanted, (c for c in columns if snapshot.physical.get(c) in present), strict=True))
-    table = table.rename_columns([by_physical[name] for name in table.column_names])
+            raise TableError(f"data file {where} is corrupt or truncated: {err}") from err
+    logical = dict(zip(physical, found, strict=True))
+    table = table.rename_columns([logical[name] for name in table.column_names])  # file order, not ours
     out = []
     for name in columns:
-        if name in table.column_names:
+        if name in found:
             out.append(table.column(name))
             continue
         feature = registry.by_name.get(name)
         if feature is None:
-            raise TableError(f"data file {file.uri} (ds={file.ds}) has no column {name!r} and it is not a feature")
+            raise TableError(f"data file {where} has no column {name!r} and it is not a feature")
         out.append(pa.repeat(pa.scalar(feature.fill_value, type=feature_type(feature)), table.num_rows))
     return pa.table(out, names=list(columns))

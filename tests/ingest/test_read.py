@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from delta.tables import DeltaTable
 
-from ingest.read import IoCounter, read_file
+from ingest.read import IoCounter, read_row_groups
 from ingest.snapshot import open_snapshot
 from schemas.errors import TableError
 from schemas.registry import parse_registry
@@ -89,7 +89,7 @@ def test_reading_2_of_38_features_reads_about_their_compressed_bytes_and_no_othe
     snapshot = open_snapshot(location, [dt.date(2026, 11, 1)])
     counter = IoCounter()
     columns = ["d3", "s2"]
-    frames = [read_file(f, snapshot, registry, columns, counter) for f in snapshot.files]
+    frames = [read_row_groups(f, snapshot, registry, columns, counter) for f in snapshot.files]
     assert counter.files_opened == [f.uri for f in snapshot.files]  # the other days' files are never opened
     wanted = {snapshot.physical[c] for c in columns}
     on_disk = 0
@@ -110,7 +110,7 @@ def test_values_match_spark_including_renamed_and_later_added_features(spark, ta
     counter = IoCounter()
     got = {}
     for f in snapshot.files:
-        frame = read_file(f, snapshot, registry, ["impression_id", *columns], counter).to_pydict()
+        frame = read_row_groups(f, snapshot, registry, ["impression_id", *columns], counter).to_pydict()
         for i, key in enumerate(frame["impression_id"]):
             got[(f.ds, key)] = tuple(frame[c][i] for c in columns)
     expected = {
@@ -131,4 +131,4 @@ def test_a_truncated_data_file_fails_naming_it(spark, table, tmp_path):
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(open(original.uri.removeprefix("file://"), "rb").read()[:5000])
     with pytest.raises(TableError, match=r"data file .*broken\.parquet \(ds=2026-11-02\) is corrupt or truncated"):
-        read_file(replace(original, uri=str(broken)), snapshot, registry, ["d3"], IoCounter())
+        read_row_groups(replace(original, uri=str(broken)), snapshot, registry, ["d3"], IoCounter())

@@ -1,0 +1,144 @@
+"""The reader as a torch IterableDataset: rank- and worker-split, window-shuffled, resumable.
+
+    dataset = SnapshotDataset(snapshot, registry, columns, batch_size=4096, shuffle_buffer=65536, seed=7,
+                              rank=rank, world_size=world_size)
+    loader = ResumableLoader(dataset, num_workers=4)
+    for batch in loader: ...                     # pyarrow tables of `columns` (or what `convert` makes of them)
+    state = loader.state_dict()                  # resume later: loader.load_state_dict(state)
+
+How rows are split is in ``ingest/plan.py``: every rank yields the same number of
+batches, every row is read once per epoch across ranks (``drop_last`` drops the
+remainder instead), memory holds one window of ``shuffle_buffer`` rows per worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import torch
+
+from ingest.plan import Unit, rank_windows, resume_roles, window_permutation, worker_windows
+from ingest.read import IoCounter, read_row_groups, row_group_rows
+from ingest.snapshot import Snapshot
+from schemas.errors import ConfigError
+from schemas.registry import DatasetRegistry
+
+
+class SnapshotDataset(torch.utils.data.IterableDataset):
+    """Batches of a snapshot's rows as pyarrow tables of ``columns`` (``convert`` may turn them into tensors)."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        registry: DatasetRegistry,
+        columns: Sequence[str],
+        *,
+        batch_size: int,
+        shuffle_buffer: int = 0,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        convert: Callable[[pa.Table], Any] | None = None,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ConfigError(f"rank {rank} is not in [0, world_size {world_size}); pass the process's own rank")
+        if batch_size <= 0 or shuffle_buffer < 0:
+            raise ConfigError(f"batch_size {batch_size} must be > 0 and shuffle_buffer {shuffle_buffer} >= 0")
+        super().__init__()
+        self.snapshot, self.registry, self.columns = snapshot, registry, tuple(columns)
+        self.batch_size, self.shuffle_buffer, self.seed, self.drop_last = batch_size, shuffle_buffer, seed, drop_last
+        self.rank, self.world_size, self.convert = rank, world_size, convert
+        footers = IoCounter()
+        self.units = [
+            Unit(index, group, rows)
+            for index, file in enumerate(snapshot.files)
+            for group, rows in enumerate(row_group_rows(file, footers))
+        ]
+        self.footer_bytes = footers.bytes_read  # read in this process to plan; each worker counts its own reads
+        self.epoch = 0
+        self.start_batch = 0  # batches of this epoch already delivered (set by ResumableLoader on resume)
+
+    def windows(self) -> list:
+        return rank_windows(
+            self.units, rank=self.rank, world_size=self.world_size, batch_size=self.batch_size,
+            shuffle_buffer=self.shuffle_buffer, drop_last=self.drop_last, seed=self.seed, epoch=self.epoch,
+        )  # fmt: skip
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (the same on every rank)."""
+        return sum(len(w.batch_sizes) for w in self.windows())
+
+    def _read_window(self, window, counter: IoCounter) -> pa.Table:
+        parts = []
+        for piece in window.pieces:
+            file = self.snapshot.files[piece.unit.file]
+            table = read_row_groups(file, self.snapshot, self.registry, self.columns, counter,
+                                    row_groups=[piece.unit.row_group])  # fmt: skip
+            parts.append(table.slice(piece.start, piece.stop - piece.start))
+        table = pa.concat_tables(parts) if parts else None
+        order = window_permutation(table.num_rows, seed=self.seed, epoch=self.epoch, rank=self.rank,
+                                   window=window.index, shuffle=self.shuffle_buffer > 0)  # fmt: skip
+        return table.take(pa.array(order))
+
+    def __iter__(self) -> Iterator[Any]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        windows = self.windows()
+        role = resume_roles(windows, num_workers=workers, delivered=self.start_batch).get(worker)
+        if role is None:  # nothing left for this worker in this epoch
+            return
+        original, skip = role
+        counter = IoCounter()
+        for window in worker_windows(windows, worker=original, num_workers=workers):
+            if skip >= len(window.batch_sizes):  # delivered before a resume: not even read
+                skip -= len(window.batch_sizes)
+                continue
+            rows = self._read_window(window, counter)
+            offset = 0
+            for i, size in enumerate(window.batch_sizes):
+                if i >= skip:
+                    batch = rows.slice(offset, size)
+                    yield self.convert(batch) if self.convert else batch
+                offset += size
+            skip = 0
+
+
+class ResumableLoader:
+    """A DataLoader over a :class:`SnapshotDataset` that knows how far an epoch got and can resume there."""
+
+    def __init__(self, dataset: SnapshotDataset, *, num_workers: int = 0, **loader_args: Any) -> None:
+        self.dataset, self.num_workers, self.loader_args = dataset, num_workers, loader_args
+        self.delivered = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        self.dataset.start_batch = self.delivered
+        loader = torch.utils.data.DataLoader(
+            self.dataset, batch_size=None, num_workers=self.num_workers, **self.loader_args
+        )
+        for batch in loader:
+            self.delivered += 1
+            yield batch
+        self.dataset.epoch += 1
+        self.delivered = 0
+
+    def _plan_key(self) -> dict[str, Any]:
+        d = self.dataset
+        return {
+            "table_version": d.snapshot.version, "files": len(d.snapshot.files), "rank": d.rank,
+            "world_size": d.world_size, "num_workers": self.num_workers, "batch_size": d.batch_size,
+            "shuffle_buffer": d.shuffle_buffer, "seed": d.seed, "drop_last": d.drop_last,
+        }  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.dataset.epoch, "delivered": self.delivered, "plan": self._plan_key()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("plan") != self._plan_key():
+            raise ConfigError(
+                f"cannot resume: the saved state was made for {state.get('plan')}, this loader is {self._plan_key()}; "
+                "resume with the same snapshot version, files, rank, world size, workers, batch size, buffer and seed"
+            )
+        self.dataset.epoch, self.delivered = int(state["epoch"]), int(state["delivered"])
