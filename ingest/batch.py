@@ -1,0 +1,153 @@
+"""A training batch as torch tensors: dense matrix, TorchRec-style jagged sparse ids, labels."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import torch
+
+from ingest.transforms import SparseColumn
+from schemas.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Batch:
+    """B rows: ``dense`` float32[B, D], sparse ids in KeyedJaggedTensor layout, ``labels`` float32[B, L].
+
+    Sparse features are key-major: all B rows of key 0, then all B rows of key 1, ...
+    Two keys, three rows (row 1 of ``topics`` is empty)::
+
+        sparse_keys = ("topics", "regions")       B = 3, K = 2
+                           topics           |     regions
+        row               0     1    2      |   0     1     2
+        ids            [7, 9]  []  [4]      |  [1]  [2, 3]  [5]
+        values   = [   7, 9,       4,          1,   2, 3,   5  ]   int64[total = 7]
+        lengths  = [   2,    0,    1,          1,   2,      1  ]   int32[K * B = 6]
+        offsets  = [0,    2,    2,    3,          4,    6,     7]  int64[K * B + 1]
+        weights  = [ 1.0, 1.0,    1.0,         .5,  .2, .3,  .9]   float32[total] or None
+
+    ``weights`` is None unless some key is weighted; then unweighted keys get 1.0 per id,
+    as TorchRec does. ``to_kjt()`` hands the same tensors to ``KeyedJaggedTensor``.
+    """
+
+    dense: torch.Tensor
+    dense_keys: tuple[str, ...]
+    sparse_keys: tuple[str, ...]
+    values: torch.Tensor
+    lengths: torch.Tensor
+    weights: torch.Tensor | None
+    labels: torch.Tensor
+    label_keys: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        rows = self.dense.shape[0]
+        expected = {
+            "dense": (rows, len(self.dense_keys)),
+            "labels": (rows, len(self.label_keys)),
+            "lengths": (rows * len(self.sparse_keys),),
+        }
+        for name, shape in expected.items():
+            if tuple(getattr(self, name).shape) != shape:
+                found = tuple(getattr(self, name).shape)
+                raise ConfigError(f"batch {name} has shape {found}, expected {shape} for {rows} rows and the keys")
+        if self.weights is not None and self.weights.shape != self.values.shape:
+            found, values = tuple(self.weights.shape), tuple(self.values.shape)
+            raise ConfigError(f"batch weights have shape {found} but values {values}; give one weight per value")
+
+    def __len__(self) -> int:
+        return self.dense.shape[0]
+
+    @property
+    def offsets(self) -> torch.Tensor:
+        """int64[K * B + 1]: where each (key, row) list starts in ``values``, then the total."""
+        zero = torch.zeros(1, dtype=torch.int64, device=self.lengths.device)
+        return torch.cat([zero, torch.cumsum(self.lengths, dim=0, dtype=torch.int64)])
+
+    def _map(self, fn) -> Batch:
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, **{name: fn(t) for name, t in tensors.items() if isinstance(t, torch.Tensor)})
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """The batch on ``device`` (every tensor moved; keys shared)."""
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> Batch:
+        """The batch in pinned host memory; ``self`` unchanged where CUDA is unavailable (nothing to pin for)."""
+        if not torch.cuda.is_available():
+            return self
+        return self._map(lambda t: t.pin_memory())
+
+    def to_kjt(self):
+        """The sparse part as a ``torchrec.KeyedJaggedTensor`` (needs torchrec)."""
+        try:
+            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+        except ImportError as err:
+            raise ConfigError(
+                "torchrec is not installed; pip install torchrec (the build matching your torch) to use "
+                "Batch.to_kjt(), or use batch.values, batch.lengths and batch.offsets directly"
+            ) from err
+        return KeyedJaggedTensor(keys=list(self.sparse_keys), values=self.values, lengths=self.lengths,
+                                 weights=self.weights)  # fmt: skip
+
+
+def _row_count(dense: Mapping[str, np.ndarray], sparse: Mapping[str, SparseColumn],
+               labels: Mapping[str, np.ndarray]) -> int:  # fmt: skip
+    counts = {f"dense {k!r}": len(v) for k, v in dense.items()}
+    counts |= {f"sparse {k!r}": len(v) for k, v in sparse.items()}
+    counts |= {f"label {k!r}": len(v) for k, v in labels.items()}
+    if not counts:
+        raise ConfigError("make_batch got no columns; pass at least one dense, sparse or label column")
+    if len(set(counts.values())) > 1:
+        found = ", ".join(f"{name}: {n}" for name, n in counts.items())
+        raise ConfigError(f"make_batch columns differ in row count ({found}); every column must have the same rows")
+    for name, column in [*dense.items(), *labels.items()]:
+        if np.ndim(column) != 1:
+            raise ConfigError(
+                f"make_batch column {name!r} has shape {np.shape(column)}; dense and label columns are 1-D, one per row"
+            )
+    return next(iter(counts.values()))
+
+
+def _matrix(columns: Mapping[str, np.ndarray], rows: int) -> torch.Tensor:
+    if not columns:
+        return torch.empty((rows, 0), dtype=torch.float32)
+    return torch.from_numpy(np.stack([np.asarray(c, dtype=np.float32) for c in columns.values()], axis=1))
+
+
+def make_batch(
+    dense: Mapping[str, np.ndarray], sparse: Mapping[str, SparseColumn], labels: Mapping[str, np.ndarray]
+) -> Batch:
+    """A Batch from per-feature columns of equal row count, keys in the mappings' order.
+
+    Rows that any sparse column's ``keep`` mask marks False (``drop_empty``) are dropped from every column.
+    """
+    rows = _row_count(dense, sparse, labels)
+    masks = [c.keep for c in sparse.values() if c.keep is not None]
+    if masks:
+        keep = np.logical_and.reduce(masks)
+        if not keep.all():
+            dense = {k: np.asarray(v)[keep] for k, v in dense.items()}
+            labels = {k: np.asarray(v)[keep] for k, v in labels.items()}
+            rows = int(keep.sum())
+        sparse = {k: c.filter(keep) for k, c in sparse.items()}
+    columns = list(sparse.values())
+    values = np.concatenate([c.values for c in columns]) if columns else np.empty(0)
+    lengths = np.concatenate([c.lengths for c in columns]) if columns else np.empty(0)
+    weights = None
+    if any(c.weights is not None for c in columns):
+        weights = np.concatenate(
+            [c.weights if c.weights is not None else np.ones(len(c.values), np.float32) for c in columns]
+        )
+        weights = torch.from_numpy(weights.astype(np.float32, copy=False))
+    return Batch(
+        dense=_matrix(dense, rows),
+        dense_keys=tuple(dense),
+        sparse_keys=tuple(sparse),
+        values=torch.from_numpy(values.astype(np.int64, copy=False)),
+        lengths=torch.from_numpy(lengths.astype(np.int32, copy=False)),
+        weights=weights,
+        labels=_matrix(labels, rows),
+        label_keys=tuple(labels),
+    )

@@ -1,0 +1,386 @@
+"""Per-feature transforms declared in a job spec, parsed once and applied to whole columns.
+
+A feature's ``transforms`` list holds bare strings or one-key mappings, applied in order::
+
+    - name: user_ctr_7d                  # dense
+      transforms: [{fill: 0.0}, {clamp: [0, 1]}, log1p, standardize]
+    - name: item_topic_ids               # sparse or weighted_sparse
+      transforms: [{hash: 100000}, {truncate: 20}, drop_empty]
+
+Dense (computed in float64, returned as float32):
+
+* ``{fill: v}``: nulls and NaN become ``v``. The registry's ``fill_value`` is appended as a
+  last fill unless the list already ends with one, so a dense output never holds a null.
+* ``{clamp: [lo, hi]}``: values below ``lo`` become ``lo``, above ``hi`` become ``hi``.
+* ``log1p``: ``log(1 + x)``. Values must be > -1 when it runs; a value <= -1 is refused
+  when the data is seen, so put ``{clamp: [0, ...]}`` (or any lo > -1) before it.
+* ``{standardize: {mean: m, stddev: s}}``: ``(x - m) / s`` with ``s > 0``. Bare ``standardize``
+  means "the catalog's statistics": the caller fills them with :func:`resolve_stats`.
+
+Sparse (ids; weights, when present, follow their ids):
+
+* ``{hash: N}``: each id becomes ``splitmix64(id) % N`` (the id's 64 bits as unsigned),
+  the same on every run and platform.
+* ``{truncate: k}``: keep the first ``k`` ids of each list.
+* ``drop_empty``: rows whose list is empty or null are dropped from the whole sample;
+  :func:`apply_sparse` returns them as ``keep`` (False = drop) and ``ingest.batch.make_batch``
+  drops them from every column.
+
+Null lists have length 0; a null id (or a null weighted entry, id or weight) is dropped from its list.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.errors import ConfigError, TableError
+from schemas.registry import Feature, Kind
+
+_DENSE_HELP = "{fill: 0.0}, {clamp: [lo, hi]}, log1p, standardize or {standardize: {mean: m, stddev: s}}"
+_SPARSE_HELP = "{hash: N}, {truncate: k}, drop_empty"
+
+
+@dataclass(frozen=True)
+class SparseColumn:
+    """One sparse feature for B rows: ids, list lengths, optional weights and a row keep-mask."""
+
+    values: np.ndarray  # int64[total]
+    lengths: np.ndarray  # int32[B]
+    weights: np.ndarray | None = None  # float32[total], weighted_sparse only
+    keep: np.ndarray | None = None  # bool[B]; False marks a row drop_empty drops
+
+    def __post_init__(self) -> None:
+        total = int(self.lengths.sum(dtype=np.int64))
+        if self.values.ndim != 1 or self.lengths.ndim != 1 or total != len(self.values):
+            raise ConfigError(
+                f"sparse column has {len(self.values)} values but its lengths add up to {total}; "
+                "values and lengths must be 1-D and agree"
+            )
+        if self.weights is not None and self.weights.shape != self.values.shape:
+            raise ConfigError(
+                f"sparse column has {len(self.values)} ids but {len(self.weights)} weights; give one weight per id"
+            )
+        if self.keep is not None and self.keep.shape != self.lengths.shape:
+            raise ConfigError(f"sparse column has {len(self.lengths)} rows but a keep mask of {len(self.keep)}")
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def filter(self, keep: np.ndarray) -> SparseColumn:
+        """The rows where ``keep`` is True (and no keep mask of its own)."""
+        per_value = np.repeat(keep, self.lengths)
+        weights = None if self.weights is None else self.weights[per_value]
+        return SparseColumn(self.values[per_value], self.lengths[keep], weights)
+
+    def _keep_values(self, mask: np.ndarray) -> SparseColumn:
+        """Drop individual values where ``mask`` is False, shortening their rows."""
+        rows = np.repeat(np.arange(len(self.lengths)), self.lengths)
+        lengths = np.bincount(rows[mask], minlength=len(self.lengths)).astype(np.int32)
+        weights = None if self.weights is None else self.weights[mask]
+        return SparseColumn(self.values[mask], lengths, weights, self.keep)
+
+
+# --- dense transforms: float64 array in, float64 array out (NaN = null) ---
+
+
+@dataclass(frozen=True)
+class Fill:
+    name: ClassVar[str] = "fill"
+    value: float
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.where(np.isnan(x), self.value, x)
+
+
+@dataclass(frozen=True)
+class Clamp:
+    name: ClassVar[str] = "clamp"
+    lo: float
+    hi: float
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.clip(x, self.lo, self.hi)
+
+
+@dataclass(frozen=True)
+class Log1p:
+    name: ClassVar[str] = "log1p"
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        bad = x <= -1.0
+        if bad.any():
+            raise ConfigError(
+                f"log1p got {int(bad.sum())} values <= -1 (smallest {np.nanmin(x)}); it needs values > -1: "
+                "put {clamp: [0, hi]} (or any lo > -1) before log1p in the feature's transforms"
+            )
+        return np.log1p(x)
+
+
+@dataclass(frozen=True)
+class Standardize:
+    """``(x - mean) / stddev``; without statistics (bare ``standardize``) until :meth:`with_stats`."""
+
+    name: ClassVar[str] = "standardize"
+    mean: float | None = None
+    stddev: float | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return self.mean is not None and self.stddev is not None
+
+    def with_stats(self, mean: float, stddev: float) -> Standardize:
+        return Standardize(mean, stddev)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.mean is None or self.stddev is None:
+            raise ConfigError(
+                "standardize has no mean/stddev yet; call ingest.transforms.resolve_stats with the catalog's "
+                "statistics before applying, or write {standardize: {mean: m, stddev: s}} in the spec"
+            )
+        return (x - self.mean) / self.stddev
+
+
+# --- sparse transforms: SparseColumn in, SparseColumn out ---
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def splitmix64(ids: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer of each id's 64 bits (uint64 out); ``splitmix64([0]) == [0xE220A8397B1DCDAF]``."""
+    z = np.ascontiguousarray(ids, dtype=np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class Hash:
+    name: ClassVar[str] = "hash"
+    buckets: int
+
+    def __call__(self, col: SparseColumn) -> SparseColumn:
+        hashed = (splitmix64(col.values) % np.uint64(self.buckets)).astype(np.int64)
+        return replace(col, values=hashed)
+
+
+@dataclass(frozen=True)
+class Truncate:
+    name: ClassVar[str] = "truncate"
+    k: int
+
+    def __call__(self, col: SparseColumn) -> SparseColumn:
+        starts = np.cumsum(col.lengths, dtype=np.int64) - col.lengths
+        position = np.arange(len(col.values), dtype=np.int64) - np.repeat(starts, col.lengths)
+        return col._keep_values(position < self.k)
+
+
+@dataclass(frozen=True)
+class DropEmpty:
+    name: ClassVar[str] = "drop_empty"
+
+    def __call__(self, col: SparseColumn) -> SparseColumn:
+        keep = col.lengths > 0
+        return replace(col, keep=keep if col.keep is None else col.keep & keep)
+
+
+Transform = Fill | Clamp | Log1p | Standardize | Hash | Truncate | DropEmpty
+DENSE_TRANSFORMS: tuple[type, ...] = (Fill, Clamp, Log1p, Standardize)
+SPARSE_TRANSFORMS: tuple[type, ...] = (Hash, Truncate, DropEmpty)
+
+
+# --- parsing ---
+
+
+def _number(arg: Any) -> float | None:
+    if isinstance(arg, bool) or not isinstance(arg, int | float) or not math.isfinite(arg):
+        return None
+    return float(arg)
+
+
+def _count(arg: Any) -> int | None:
+    return arg if isinstance(arg, int) and not isinstance(arg, bool) and 1 <= arg < 2**63 else None
+
+
+def _parse_fill(arg: Any) -> Transform | str:
+    value = _number(arg)
+    return Fill(value) if value is not None else f"fill takes a finite number, found {arg!r}; write {{fill: 0.0}}"
+
+
+def _parse_clamp(arg: Any) -> Transform | str:
+    bounds = [_number(b) for b in arg] if isinstance(arg, list | tuple) and len(arg) == 2 else [None]
+    if None in bounds or bounds[0] > bounds[1]:
+        return f"clamp takes [lo, hi] with finite numbers lo <= hi, found {arg!r}; write {{clamp: [0, 1]}}"
+    return Clamp(*bounds)
+
+
+def _parse_standardize(arg: Any) -> Transform | str:
+    if arg is None:
+        return Standardize()
+    stats = {k: _number(v) for k, v in arg.items()} if isinstance(arg, Mapping) else {}
+    if set(stats) != {"mean", "stddev"} or None in stats.values() or stats["stddev"] <= 0:
+        return (
+            f"standardize takes {{mean: m, stddev: s}} with finite numbers and s > 0, found {arg!r}; "
+            "write {standardize: {mean: 0.5, stddev: 2.0}} or bare standardize for the catalog's statistics"
+        )
+    return Standardize(stats["mean"], stats["stddev"])
+
+
+def _parse_count(cls: type, example: str) -> Callable[[Any], Transform | str]:
+    def parse(arg: Any) -> Transform | str:
+        n = _count(arg)
+        return cls(n) if n is not None else f"{cls.name} takes a positive integer, found {arg!r}; write {example}"
+
+    return parse
+
+
+def _no_arg(cls: type) -> Callable[[Any], Transform | str]:
+    def parse(arg: Any) -> Transform | str:
+        return cls() if arg is None else f"{cls.name} takes no argument, found {arg!r}; write it as bare {cls.name}"
+
+    return parse
+
+
+_PARSERS: dict[str, tuple[frozenset[Kind], Callable[[Any], Transform | str]]] = {
+    "fill": (frozenset({Kind.DENSE}), _parse_fill),
+    "clamp": (frozenset({Kind.DENSE}), _parse_clamp),
+    "log1p": (frozenset({Kind.DENSE}), _no_arg(Log1p)),
+    "standardize": (frozenset({Kind.DENSE}), _parse_standardize),
+    "hash": (frozenset({Kind.SPARSE, Kind.WEIGHTED_SPARSE}), _parse_count(Hash, "{hash: 100000}")),
+    "truncate": (frozenset({Kind.SPARSE, Kind.WEIGHTED_SPARSE}), _parse_count(Truncate, "{truncate: 20}")),
+    "drop_empty": (frozenset({Kind.SPARSE, Kind.WEIGHTED_SPARSE}), _no_arg(DropEmpty)),
+}
+_NEEDS_ARG = frozenset({"fill", "clamp", "hash", "truncate"})
+
+
+def parse_transforms(feature: Feature, raw: Sequence[Any], *, source: str) -> tuple[Transform, ...]:
+    """Validate a feature's spec transforms once; dense ones end with a fill, so no null survives.
+
+    >>> parse_transforms(user_ctr_7d, [{"clamp": [0, 1]}, "log1p"], source="jobs/ctr.yaml")
+    (Clamp(lo=0.0, hi=1.0), Log1p(), Fill(value=0.0))
+    """
+    allowed = _DENSE_HELP if feature.kind is Kind.DENSE else _SPARSE_HELP
+    where = f"{source}: feature {feature.name!r} ({feature.kind.value})"
+    help_ = f"transforms allowed for {feature.kind.value} features: {allowed}"
+    if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Sequence):
+        raise ConfigError(f"{where}: transforms is {type(raw).__name__} {raw!r}, not a list; write [...] of {allowed}")
+    out: list[Transform] = []
+    for i, entry in enumerate(raw):
+        if isinstance(entry, str):
+            name, arg = entry, None
+            if name in _NEEDS_ARG:
+                raise ConfigError(f"{where}: transforms[{i}] {name!r} needs an argument; {help_}")
+        elif isinstance(entry, Mapping) and len(entry) == 1:
+            [(name, arg)] = entry.items()
+        else:
+            raise ConfigError(f"{where}: transforms[{i}] is {entry!r}, not a name or a one-key mapping; {help_}")
+        if name not in _PARSERS:
+            raise ConfigError(f"{where}: transforms[{i}] {name!r} is not a transform; {help_}")
+        kinds, parse = _PARSERS[name]
+        if feature.kind not in kinds:
+            fits = " or ".join(sorted(k.value for k in kinds))
+            raise ConfigError(f"{where}: transforms[{i}] {name!r} is for {fits} features; {help_}")
+        if any(t.name == name for t in out):
+            raise ConfigError(f"{where}: transforms[{i}] {name!r} is listed twice; list each transform once")
+        parsed = parse(arg)
+        if isinstance(parsed, str):
+            raise ConfigError(f"{where}: transforms[{i}]: {parsed}; {help_}")
+        out.append(parsed)
+    if feature.kind is Kind.DENSE and not (out and isinstance(out[-1], Fill)):
+        out.append(Fill(float(feature.fill_value)))  # type: ignore[arg-type]  # dense: a number
+    return tuple(out)
+
+
+def needs_stats(transforms: Sequence[Transform]) -> bool:
+    """Whether a bare ``standardize`` still waits for the catalog's mean and stddev."""
+    return any(isinstance(t, Standardize) and not t.resolved for t in transforms)
+
+
+def resolve_stats(
+    transforms: Sequence[Transform], stats: tuple[float | None, float | None] | None, *, feature: str
+) -> tuple[Transform, ...]:
+    """Fill a bare ``standardize`` with ``stats = (mean, stddev)`` from the catalog; others pass through."""
+    if not needs_stats(transforms):
+        return tuple(transforms)
+    mean, stddev = stats if stats is not None else (None, None)
+    if _number(mean) is None or _number(stddev) is None or stddev <= 0:  # type: ignore[operator]
+        raise ConfigError(
+            f"feature {feature!r}: standardize needs the catalog's mean and stddev > 0, found "
+            f"mean={mean!r} stddev={stddev!r}; run the stats job for its partitions or write "
+            "{standardize: {mean: m, stddev: s}} in the spec"
+        )
+    return tuple(
+        t.with_stats(mean, stddev) if isinstance(t, Standardize) and not t.resolved else t  # type: ignore[arg-type]
+        for t in transforms
+    )
+
+
+# --- applying ---
+
+
+def _combined(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+
+def apply_dense(array: pa.Array | pa.ChunkedArray, transforms: Sequence[Transform]) -> np.ndarray:
+    """A dense column through its transforms: float32[B], no nulls or NaN left."""
+    if not (pa.types.is_floating(array.type) or pa.types.is_integer(array.type)):
+        raise TableError(f"dense column has Arrow type {array.type}; a dense feature is float32 or float64")
+    x = pc.fill_null(pc.cast(array, pa.float64()), math.nan).to_numpy()
+    x = np.array(x, dtype=np.float64)  # a writable copy, chunked or not
+    for transform in transforms:
+        if not isinstance(transform, DENSE_TRANSFORMS):
+            raise ConfigError(f"{transform!r} is not a dense transform; dense ones are {_DENSE_HELP}")
+        x = transform(x)
+    out = x.astype(np.float32)
+    if np.isnan(out).any():
+        raise ConfigError(
+            f"dense transforms {tuple(transforms)!r} leave {int(np.isnan(out).sum())} nulls; end them with a Fill "
+            "(parse_transforms does)"
+        )
+    return out
+
+
+def _to_column(array: pa.Array | pa.ChunkedArray) -> SparseColumn:
+    array = _combined(array)
+    list_type = array.type
+    if not (pa.types.is_list(list_type) or pa.types.is_large_list(list_type)):
+        raise TableError(f"sparse column has Arrow type {list_type}; a sparse feature is a list of ids")
+    lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy().astype(np.int32)
+    flat = array.flatten()  # the non-null lists' elements, slicing taken care of
+    if pa.types.is_integer(flat.type):
+        ids, weights = flat, None
+    elif pa.types.is_struct(flat.type) and {"id", "weight"} <= {field.name for field in flat.type}:
+        children = flat.flatten()  # parent nulls merged into each child
+        ids = children[flat.type.get_field_index("id")]
+        weights = children[flat.type.get_field_index("weight")]
+    else:
+        raise TableError(f"sparse column has Arrow type {list_type}; elements must be int64 or struct<id, weight>")
+    valid = ids.is_valid() if weights is None else pc.and_(ids.is_valid(), weights.is_valid())
+    column = SparseColumn(
+        pc.fill_null(pc.cast(ids, pa.int64()), 0).to_numpy(),
+        lengths,
+        None if weights is None else pc.fill_null(pc.cast(weights, pa.float32()), 0.0).to_numpy(),
+    )
+    if ids.null_count or (weights is not None and weights.null_count):
+        column = column._keep_values(valid.to_numpy(zero_copy_only=False))
+    return column
+
+
+def apply_sparse(array: pa.Array | pa.ChunkedArray, transforms: Sequence[Transform]) -> SparseColumn:
+    """A sparse or weighted sparse column through its transforms (see the module docstring)."""
+    column = _to_column(array)
+    for transform in transforms:
+        if not isinstance(transform, SPARSE_TRANSFORMS):
+            raise ConfigError(f"{transform!r} is not a sparse transform; sparse ones are {_SPARSE_HELP}")
+        column = transform(column)
+    return column
