@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "features": ("etl.features", "diff: show what a registry change does to its table; apply: do it (no file rewritten)"),
     "backfill": ("etl.backfill", "fill a derived feature into past partitions, one commit per partition, verified"),
     "catalog": ("etl.catalog", "sync: registry -> feature catalog; stats: one partition's feature statistics"),
+    "read": ("ingest.job", "read a job spec's partitions and features as torch batches (no JVM); record the run"),
     "sql": ("warehouse.sql", "run Spark SQL against the warehouse metastore and print the result"),
     "spark-args": ("featurehouse.spark_args", "print spark-sql/spark-submit arguments that reach the same warehouse"),
 }

@@ -13,6 +13,7 @@ remainder instead), memory holds one window of ``shuffle_buffer`` rows per worke
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ import pyarrow as pa
 import torch
 
 from ingest.plan import Unit, rank_windows, resume_roles, window_permutation, worker_windows
-from ingest.read import IoCounter, read_row_groups, row_group_rows
+from ingest.read import IoCounter, read_row_groups, row_group_sizes
 from ingest.snapshot import Snapshot
 from schemas.errors import ConfigError
 from schemas.registry import DatasetRegistry
@@ -53,12 +54,13 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size, self.convert = rank, world_size, convert
         footers = IoCounter()
         self.units = [
-            Unit(index, group, rows)
+            Unit(index, group, rows, size)
             for index, file in enumerate(snapshot.files)
-            for group, rows in enumerate(row_group_rows(file, footers))
+            for group, (rows, size) in enumerate(row_group_sizes(file, footers))
         ]
         self.footer_bytes = footers.bytes_read  # read in this process to plan; each worker counts its own reads
         self.epoch = 0
+        self.last_counter = IoCounter()
         self.start_batch = 0  # batches of this epoch already delivered (set by ResumableLoader on resume)
 
     def windows(self) -> list:
@@ -91,17 +93,27 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         if role is None:  # nothing left for this worker in this epoch
             return
         original, skip = role
-        counter = IoCounter()
+        counter = self.last_counter = IoCounter()  # in this process: the caller sees it when num_workers is 0
         for window in worker_windows(windows, worker=original, num_workers=workers):
             if skip >= len(window.batch_sizes):  # delivered before a resume: not even read
                 skip -= len(window.batch_sizes)
                 continue
+            started = time.perf_counter()
             rows = self._read_window(window, counter)
+            counter.read_s += time.perf_counter() - started
+            counter.bytes_all_columns += sum(
+                p.unit.bytes_all * (p.stop - p.start) // max(p.unit.rows, 1) for p in window.pieces
+            )
             offset = 0
             for i, size in enumerate(window.batch_sizes):
                 if i >= skip:
+                    started = time.perf_counter()
                     batch = rows.slice(offset, size)
-                    yield self.convert(batch) if self.convert else batch
+                    out = self.convert(batch) if self.convert else batch
+                    counter.convert_s += time.perf_counter() - started
+                    counter.rows += size
+                    counter.batches += 1
+                    yield out
                 offset += size
             skip = 0
 

@@ -31,6 +31,7 @@ class Unit:
     file: int  # index into the snapshot's files
     row_group: int
     rows: int
+    bytes_all: int = 0  # compressed bytes of all its columns (what reading every column would cost)
 
 
 @dataclass(frozen=True)

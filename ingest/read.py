@@ -25,11 +25,23 @@ from schemas.registry import DatasetRegistry
 
 @dataclass
 class IoCounter:
-    """Bytes read and files opened, shared by the files of one reader (thread-safe)."""
+    """Bytes read and files opened, shared by the files of one reader (thread-safe); the loader adds
+    the rows and batches it made, what all columns of those rows would have cost, and where time went."""
 
     bytes_read: int = 0
     files_opened: list[str] = field(default_factory=list)
+    rows: int = 0
+    batches: int = 0
+    bytes_all_columns: int = 0
+    read_s: float = 0.0  # I/O and Parquet decoding
+    convert_s: float = 0.0  # transforms and tensors
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __getstate__(self) -> dict:  # picklable for worker processes: the lock is recreated
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
     def add(self, n: int) -> None:
         with self._lock:
@@ -112,11 +124,15 @@ def read_footer(handle: CountingFile, where: str) -> pq.FileMetaData:
         raise TableError(f"data file {where} is corrupt or truncated: its Parquet footer does not parse: {err}") from err
 
 
-def row_group_rows(file: DataFile, counter: IoCounter) -> tuple[int, ...]:
-    """The row count of each row group of a data file, from its footer alone."""
+def row_group_sizes(file: DataFile, counter: IoCounter) -> tuple[tuple[int, int], ...]:
+    """(rows, compressed bytes of all columns) of each row group of a data file, from its footer alone."""
     with open_counted(file.uri, counter) as handle:
         metadata = read_footer(handle, f"{file.uri} (ds={file.ds})")
-    return tuple(metadata.row_group(g).num_rows for g in range(metadata.num_row_groups))
+    groups = (metadata.row_group(g) for g in range(metadata.num_row_groups))
+    return tuple(
+        (group.num_rows, sum(group.column(c).total_compressed_size for c in range(group.num_columns)))
+        for group in groups
+    )
 
 
 def read_row_groups(

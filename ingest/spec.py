@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ingest.transforms import parse_transforms
 from schemas.errors import ConfigError, RegistryError
 from schemas.names import JOB_ID_RULE, NAME_PATTERN, NAME_RULE, valid_job_id
 from schemas.registry import DatasetRegistry, Feature, Status, load_dataset
@@ -140,6 +141,8 @@ def check_against_registry(spec: JobSpec, registry: DatasetRegistry) -> tuple[Fe
                 f"remove it from the job or pick an active feature ({_closest(wanted, active)})"
             )
         features.append(feature)
+    for wanted, feature in zip(spec.features, features, strict=True):
+        parse_transforms(feature, wanted.transforms, source=spec.source)  # refuse a bad transform now
     known_labels = [label.name for label in registry.labels]
     for label in spec.labels:
         if label not in known_labels:

@@ -96,14 +96,21 @@ CATALOG_TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
 }
 
 
-def catalog_table_uri(warehouse_dir: str, name: str) -> str:
-    """Where a catalog table's Delta files live: the Hive layout of a managed table, ``<warehouse>/<db>.db/<table>``.
+def managed_table_uri(warehouse_dir: str, database: str, table: str) -> str:
+    """Where a managed table's files live in the Hive layout: ``<warehouse>/<database>.db/<table>``.
 
-    For readers without a metastore (``ingest/usage.py``); the warehouse folder is
+    For readers without a metastore (``ingest/``); the warehouse folder is
     ``<home>/warehouse`` on the embedded default.
     """
+    from schemas.names import validate_name
+
+    return f"{str(warehouse_dir).rstrip('/')}/{validate_name('database', database)}.db/{validate_name('table', table)}"
+
+
+def catalog_table_uri(warehouse_dir: str, name: str) -> str:
+    """Where a catalog table's Delta files live (see :func:`managed_table_uri`)."""
     catalog_table(name)  # validates the name
-    return f"{str(warehouse_dir).rstrip('/')}/{CATALOG_DATABASE}.db/{name}"
+    return managed_table_uri(warehouse_dir, CATALOG_DATABASE, name)
 
 
 def catalog_table(name: str) -> str:

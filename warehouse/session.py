@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from schemas.errors import ConfigError
+from schemas.paths import default_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,11 +30,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JARS_DIR = REPO_ROOT / ".jvm" / "jars"
 #: The Delta package for pyspark 4.2 (keep in step with jvm/pom.xml and pyproject.toml).
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
-
-
-def default_home() -> Path:
-    """The data folder: ``$FEATUREHOUSE_HOME`` if set, else ``./data``."""
-    return Path(os.environ.get("FEATUREHOUSE_HOME") or "data").resolve()
 
 
 def parse_conf_pairs(pairs: Sequence[str]) -> dict[str, str]:

@@ -1,0 +1,129 @@
+"""From a job spec to torch batches: snapshot, projected reads, transforms, Batch; no JVM anywhere.
+
+    spec, registry = load_spec("jobs/ctr.yaml")
+    reader = open_reader(spec, registry, warehouse="data/warehouse", rank=rank, world_size=world_size)
+    for batch in ResumableLoader(reader.dataset, num_workers=4):   # Batch objects
+        ...
+
+Tables are found where the embedded metastore keeps managed tables
+(``<warehouse>/<database>.db/<table>``) and read through Delta's log only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.batch import Batch, make_batch
+from ingest.loader import SnapshotDataset
+from ingest.snapshot import Snapshot, open_snapshot
+from ingest.spec import JobSpec
+from ingest.transforms import Transform, apply_dense, apply_sparse, needs_stats, parse_transforms, resolve_stats
+from schemas.catalog import FEATURE_STATS, catalog_table_uri, managed_table_uri
+from schemas.errors import ConfigError
+from schemas.names import format_ds
+from schemas.registry import DatasetRegistry, Kind
+
+FEATURE_DATABASE = "featurehouse"
+
+
+@dataclass(frozen=True)
+class Converter:
+    """Turns a pyarrow batch of the spec's columns into a :class:`Batch` (picklable for worker processes)."""
+
+    dense: tuple[tuple[str, tuple[Transform, ...]], ...]
+    sparse: tuple[tuple[str, tuple[Transform, ...]], ...]
+    labels: tuple[tuple[str, str], ...]  # (label name, column)
+
+    def __call__(self, table: pa.Table) -> Batch:
+        return make_batch(
+            {name: apply_dense(table.column(name), ts) for name, ts in self.dense},
+            {name: apply_sparse(table.column(name), ts) for name, ts in self.sparse},
+            {name: table.column(column).to_numpy().astype(np.float32) for name, column in self.labels},
+        )
+
+
+def pooled_stats(stats: pa.Table, feature: str) -> tuple[float, float] | None:
+    """Mean and sample stddev of a feature over several partitions' (non_null, mean, stddev) rows."""
+    rows = stats.filter(pc.equal(stats.column("feature"), feature))
+    n = np.asarray(rows.column("non_null").to_numpy(zero_copy_only=False), dtype=np.float64)
+    mean = np.asarray(rows.column("mean").to_numpy(zero_copy_only=False), dtype=np.float64)
+    std = np.asarray(rows.column("stddev").to_numpy(zero_copy_only=False), dtype=np.float64)
+    usable = (n > 1) & ~np.isnan(mean) & ~np.isnan(std)
+    n, mean, std = n[usable], mean[usable], std[usable]
+    if n.sum() < 2:
+        return None
+    overall = float((n * mean).sum() / n.sum())
+    variance = ((n - 1) * std**2 + n * (mean - overall) ** 2).sum() / (n.sum() - 1)
+    return overall, float(np.sqrt(variance))
+
+
+def catalog_statistics(warehouse: str, spec: JobSpec) -> pa.Table:
+    """The catalog's feature_stats rows of the spec's dataset and partitions (read with deltalake)."""
+    import deltalake
+
+    uri = catalog_table_uri(warehouse, FEATURE_STATS)
+    try:
+        table = deltalake.DeltaTable(uri)
+    except Exception as err:  # deltalake raises several types for a missing table
+        raise ConfigError(
+            f"{spec.source}: standardize needs catalog statistics, but {uri} is not readable ({err}); run "
+            f"featurehouse catalog stats --dataset {spec.dataset} --ds ... first"
+        ) from err
+    days = [format_ds(d) for d in spec.days]
+    data = pa.table(table.to_pyarrow_table(columns=["dataset", "ds", "feature", "non_null", "mean", "stddev"]))
+    return data.filter(pc.and_(pc.equal(data.column("dataset"), spec.dataset), pc.is_in(data.column("ds"), pa.array(days))))
+
+
+def make_converter(spec: JobSpec, registry: DatasetRegistry, *, warehouse: str) -> Converter:
+    """Parse every feature's transforms, resolving catalog statistics where ``standardize`` asks for them."""
+    parsed = {f.name: parse_transforms(registry.by_name[f.name], f.transforms, source=spec.source) for f in spec.features}
+    if any(needs_stats(ts) for ts in parsed.values()):
+        stats = catalog_statistics(warehouse, spec)
+        parsed = {name: resolve_stats(ts, pooled_stats(stats, name), feature=name) for name, ts in parsed.items()}
+    kinds = {name: registry.by_name[name].kind for name in parsed}
+    return Converter(
+        dense=tuple((n, ts) for n, ts in parsed.items() if kinds[n] is Kind.DENSE),
+        sparse=tuple((n, ts) for n, ts in parsed.items() if kinds[n] is not Kind.DENSE),
+        labels=tuple((label, f"label_{label}") for label in spec.labels),
+    )
+
+
+@dataclass(frozen=True)
+class Reader:
+    spec: JobSpec
+    snapshot: Snapshot
+    dataset: SnapshotDataset
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.dataset.columns
+
+
+def open_reader(
+    spec: JobSpec,
+    registry: DatasetRegistry,
+    *,
+    warehouse: str,
+    version: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Reader:
+    """A reader of ``spec`` over the feature table under ``warehouse``, pinned at ``version`` (default: latest)."""
+    snapshot = open_snapshot(managed_table_uri(warehouse, FEATURE_DATABASE, spec.dataset), spec.days, version=version)
+    if not snapshot.files:
+        raise ConfigError(
+            f"{spec.source}: table {FEATURE_DATABASE}.{spec.dataset} has none of the partitions "
+            f"{format_ds(spec.days[0])} .. {format_ds(spec.days[-1])} at version {snapshot.version}"
+        )
+    converter = make_converter(spec, registry, warehouse=warehouse)
+    columns = [*spec.feature_names, *(column for _label, column in converter.labels)]
+    dataset = SnapshotDataset(
+        snapshot, registry, columns, batch_size=spec.batch_size, shuffle_buffer=spec.shuffle_buffer,
+        seed=spec.seed, drop_last=spec.drop_last, rank=rank,
+        world_size=world_size, convert=converter,
+    )  # fmt: skip
+    return Reader(spec, snapshot, dataset)
