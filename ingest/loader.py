@@ -8,7 +8,7 @@
 
 How rows are split is in ``ingest/plan.py``: every rank yields the same number of
 batches, every row is read once per epoch across ranks (``drop_last`` drops the
-remainder instead), memory holds one window of ``shuffle_buffer`` rows per worker.
+remainder instead), memory holds one window of ``shuffle_buffer`` rows and one row group per worker.
 """
 
 from __future__ import annotations
@@ -73,13 +73,17 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         """Batches per epoch on this rank (the same on every rank)."""
         return sum(len(w.batch_sizes) for w in self.windows())
 
-    def _read_window(self, window, counter: IoCounter) -> pa.Table:
+    def _read_window(self, window, counter: IoCounter, cache: dict) -> pa.Table:
+        """The window's rows, shuffled; ``cache`` keeps the last row group read, which the next window
+        of the same worker usually starts with."""
         parts = []
         for piece in window.pieces:
-            file = self.snapshot.files[piece.unit.file]
-            table = read_row_groups(file, self.snapshot, self.registry, self.columns, counter,
-                                    row_groups=[piece.unit.row_group])  # fmt: skip
-            parts.append(table.slice(piece.start, piece.stop - piece.start))
+            if piece.unit not in cache:
+                file = self.snapshot.files[piece.unit.file]
+                cache.clear()
+                cache[piece.unit] = read_row_groups(file, self.snapshot, self.registry, self.columns, counter,
+                                                    row_groups=[piece.unit.row_group])  # fmt: skip
+            parts.append(cache[piece.unit].slice(piece.start, piece.stop - piece.start))
         table = pa.concat_tables(parts) if parts else None
         order = window_permutation(table.num_rows, seed=self.seed, epoch=self.epoch, rank=self.rank,
                                    window=window.index, shuffle=self.shuffle_buffer > 0)  # fmt: skip
@@ -94,12 +98,13 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
             return
         original, skip = role
         counter = self.last_counter = IoCounter()  # in this process: the caller sees it when num_workers is 0
+        cache: dict = {}
         for window in worker_windows(windows, worker=original, num_workers=workers):
             if skip >= len(window.batch_sizes):  # delivered before a resume: not even read
                 skip -= len(window.batch_sizes)
                 continue
             started = time.perf_counter()
-            rows = self._read_window(window, counter)
+            rows = self._read_window(window, counter, cache)
             counter.read_s += time.perf_counter() - started
             counter.bytes_all_columns += sum(
                 p.unit.bytes_all * (p.stop - p.start) // max(p.unit.rows, 1) for p in window.pieces

@@ -7,7 +7,7 @@ Pure arithmetic on row counts (no data is read), identical in every rank and wor
     rank's share -> the same number of batches on every rank (sizes differ by <= 1; drop_last: exactly B)
     batches -> windows of m = max(1, shuffle_buffer // B) consecutive batches; a window's rows are
                shuffled together (the bounded shuffle buffer)
-    windows -> workers round-robin: worker w reads windows w, w+W, w+2W, ...
+    windows -> workers in contiguous blocks: worker w reads windows [w*n/W, (w+1)*n/W)
 
 DataLoader takes one batch from each worker in turn, so the global order of a
 rank's batches is known in advance, and resuming after ``k`` batches means each
@@ -137,7 +137,10 @@ def delivery_order(batches_by_worker: list[int]) -> list[tuple[int, int]]:
 
 
 def worker_windows(windows: list[Window], *, worker: int, num_workers: int) -> list[Window]:
-    return windows[worker::num_workers]
+    """A worker's windows: a contiguous block of the rank's, so a row group spanning two adjacent
+    windows is read once (the loader keeps the last one it read)."""
+    count = len(windows)
+    return windows[worker * count // num_workers : (worker + 1) * count // num_workers]
 
 
 def resume_roles(windows: list[Window], *, num_workers: int, delivered: int) -> dict[int, tuple[int, int]]:

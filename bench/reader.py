@@ -1,0 +1,205 @@
+"""Benchmark: the reader against its peers on the same Delta table, in one run, printing ratios.
+
+    .venv/bin/python bench/reader.py                     # 1M rows, 100 dense + 20 sparse, snappy and zstd
+    .venv/bin/python bench/reader.py --rows 200000       # quicker
+
+For each codec it builds (once, cached under --out) a Delta table written with
+``deltalake`` (no Spark needed), then reads the same 10% of the features with:
+
+  (a) the reader: snapshot, projected counted reads, transforms, torch Batch;
+  (b) pyarrow alone: the same columns of the same files into numpy, no transforms (the floor);
+  (c) pyarrow reading every column, then selecting the job's (what a non-projecting reader pays);
+  (d) Petastorm's make_batch_reader with its torch DataLoader, in its own virtual environment
+      (``--petastorm-python``), or "not run" with the reason.
+
+Targets from issue 4: (a) >= 0.7x (b); (a) >= 3x (d); bytes read by (a) <= 1.1x the requested
+columns' compressed bytes in the Parquet footers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from ingest.loader import SnapshotDataset  # noqa: E402
+from ingest.read import IoCounter  # noqa: E402
+from ingest.reader import Converter  # noqa: E402
+from ingest.snapshot import open_snapshot  # noqa: E402
+from ingest.transforms import parse_transforms  # noqa: E402
+from schemas.registry import Kind, parse_registry  # noqa: E402
+
+DAYS = ("2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04")
+
+
+def registry(dense: int, sparse: int):
+    features = [{"name": f"dense_{i:03d}", "kind": "dense", "dtype": "float32", "description": "bench", "owner": "b"}
+                for i in range(dense)]  # fmt: skip
+    features += [{"name": f"sparse_{i:02d}", "kind": "sparse", "dtype": "int64", "default": [],
+                  "description": "bench", "owner": "b"} for i in range(sparse)]  # fmt: skip
+    return parse_registry({"dataset": "bench", "labels": [{"name": "click", "window": "1h"}], "features": features},
+                          source="bench")  # fmt: skip
+
+
+def build_table(path: Path, *, rows: int, dense: int, sparse: int, mean_length: int, codec: str) -> None:
+    """Write the bench table with deltalake: 4 ds partitions, chunks of 50k rows, 8% nulls in dense columns."""
+    from deltalake import WriterProperties, write_deltalake
+
+    if (path / "_delta_log").exists():
+        return
+    rng = np.random.default_rng(7)
+    chunk = 50_000
+    props = WriterProperties(compression=codec.upper(), max_row_group_size=chunk)
+    for start in range(0, rows, chunk):
+        n = min(chunk, rows - start)
+        columns = {
+            "impression_id": pa.array([f"i{start + i}" for i in range(n)]),
+            "label_click": pa.array((rng.random(n) < 0.03).astype(np.int32)),
+        }
+        for i in range(dense):
+            values = rng.lognormal(0, 1, n).astype(np.float32)
+            columns[f"dense_{i:03d}"] = pa.array(values, mask=rng.random(n) < 0.08)
+        for i in range(sparse):
+            lengths = rng.poisson(mean_length, n).astype(np.int32)
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+            ids = rng.zipf(1.3, int(offsets[-1])).astype(np.int64) % 10_000_000
+            columns[f"sparse_{i:02d}"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids))
+        columns["ds"] = pa.array([DAYS[(start // chunk) % len(DAYS)]] * n)
+        write_deltalake(str(path), pa.table(columns), mode="append", partition_by=["ds"], writer_properties=props)
+        print(f"  built {min(start + chunk, rows):,}/{rows:,} rows of {path.name}", file=sys.stderr, flush=True)
+
+
+def job_columns(reg, fraction: float) -> tuple[list[str], list[str]]:
+    dense = [f.name for f in reg.of_kind(Kind.DENSE)]
+    sparse = [f.name for f in reg.of_kind(Kind.SPARSE)]
+    k_dense, k_sparse = max(1, round(len(dense) * fraction)), max(1, round(len(sparse) * fraction))
+    return dense[:: len(dense) // k_dense][:k_dense], sparse[:: len(sparse) // k_sparse][:k_sparse]
+
+
+def run_reader(path: Path, reg, dense: list[str], sparse: list[str], batch: int) -> dict:
+    started = time.perf_counter()  # every peer's time includes opening the snapshot (imports are warm)
+    snapshot = open_snapshot(str(path), [dt.date.fromisoformat(d) for d in DAYS])
+    converter = Converter(
+        dense=tuple((n, parse_transforms(reg.by_name[n], [{"clamp": [0, 100]}, "log1p"], source="bench")) for n in dense),
+        sparse=tuple((n, parse_transforms(reg.by_name[n], [{"hash": 1_000_000}, {"truncate": 32}], source="bench"))
+                     for n in sparse),  # fmt: skip
+        labels=(("click", "label_click"),),
+    )
+    dataset = SnapshotDataset(snapshot, reg, [*dense, *sparse, "label_click"], batch_size=batch,
+                              shuffle_buffer=4 * batch, seed=1, convert=converter)  # fmt: skip
+    rows = sum(len(b) for b in dataset)
+    seconds = time.perf_counter() - started
+    counter: IoCounter = dataset.last_counter
+    return {"rows": rows, "seconds": seconds, "bytes": counter.bytes_read + dataset.footer_bytes}
+
+
+def files_of(path: Path) -> list[str]:
+    snapshot = open_snapshot(str(path), [dt.date.fromisoformat(d) for d in DAYS])
+    return [f.uri.removeprefix("file://") for f in snapshot.files]
+
+
+def to_numpy(table: pa.Table, dense: list[str], sparse: list[str]) -> int:
+    for name in dense:
+        table.column(name).to_numpy()
+    for name in sparse:
+        column = table.column(name).combine_chunks()
+        column.offsets.to_numpy(), column.values.to_numpy()
+    return table.num_rows
+
+
+def run_pyarrow(path: Path, dense: list[str], sparse: list[str], *, all_columns: bool) -> dict:
+    started, rows = time.perf_counter(), 0
+    for file in files_of(path):
+        parquet = pq.ParquetFile(file)
+        if all_columns:
+            rows += to_numpy(parquet.read(use_threads=False).select([*dense, *sparse]), dense, sparse)
+        else:
+            for batch in parquet.iter_batches(batch_size=65_536, columns=[*dense, *sparse], use_threads=False):
+                rows += to_numpy(pa.Table.from_batches([batch]), dense, sparse)
+    return {"rows": rows, "seconds": time.perf_counter() - started}
+
+
+def requested_bytes(path: Path, columns: list[str]) -> int:
+    total = 0
+    for file in files_of(path):
+        meta = pq.read_metadata(file)
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                chunk = meta.row_group(g).column(c)
+                total += chunk.total_compressed_size if chunk.path_in_schema.split(".")[0] in columns else 0
+    return total
+
+
+def run_petastorm(python: str | None, path: Path, dense: list[str], sparse: list[str], batch: int) -> dict:
+    if not python:
+        return {"not_run": "no --petastorm-python given"}
+    script = REPO / "bench" / "petastorm_peer.py"
+    request = json.dumps({"files": files_of(path), "columns": [*dense, *sparse], "batch": batch})
+    try:
+        done = subprocess.run([python, str(script)], input=request, capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return {"not_run": f"{type(err).__name__}: {err}"}
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"not_run": f"petastorm failed: {reason}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--dense", type=int, default=100)
+    parser.add_argument("--sparse", type=int, default=20)
+    parser.add_argument("--mean-length", type=int, default=10)
+    parser.add_argument("--fraction", type=float, default=0.1, help="share of the features the job reads")
+    parser.add_argument("--batch-size", type=int, default=8192)
+    parser.add_argument("--codecs", default="snappy,zstd")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/featurehouse-bench"))
+    parser.add_argument("--petastorm-python", default=None, help="python of a venv with petastorm and torch")
+    ns = parser.parse_args(argv)
+    reg = registry(ns.dense, ns.sparse)
+    dense, sparse = job_columns(reg, ns.fraction)
+    print(f"job: {len(dense)} dense + {len(sparse)} sparse of {ns.dense} + {ns.sparse} features, "
+          f"{ns.rows:,} rows, batch {ns.batch_size}")  # fmt: skip
+    results = []
+    for codec in ns.codecs.split(","):
+        path = ns.out / f"bench_{ns.rows}_{ns.dense}_{ns.sparse}_{ns.mean_length}_{codec}"
+        build_table(path, rows=ns.rows, dense=ns.dense, sparse=ns.sparse, mean_length=ns.mean_length, codec=codec)
+        files_of(path)  # warm the imports (deltalake, pandas) outside every timing
+        runs = {
+            "a reader": run_reader(path, reg, dense, sparse, ns.batch_size),
+            "b pyarrow projected": run_pyarrow(path, dense, sparse, all_columns=False),
+            "c pyarrow all columns": run_pyarrow(path, dense, sparse, all_columns=True),
+            "d petastorm": run_petastorm(ns.petastorm_python, path, dense, sparse, ns.batch_size),
+        }
+        wanted = requested_bytes(path, [*dense, *sparse])
+        results.append((codec, runs, wanted))
+    for codec, runs, wanted in results:
+        print(f"\n{codec}:")
+        for name, r in runs.items():
+            if "not_run" in r:
+                print(f"  {name:<24} not run: {r['not_run']}")
+            else:
+                print(f"  {name:<24} {r['rows'] / r['seconds']:>12,.0f} samples/s  ({r['rows']:,} rows, {r['seconds']:.2f}s)")
+        rate = {k: v["rows"] / v["seconds"] for k, v in runs.items() if "not_run" not in v}
+        a = rate["a reader"]
+        print(f"  (a)/(b) = {a / rate['b pyarrow projected']:.2f}x   (a)/(c) = {a / rate['c pyarrow all columns']:.2f}x   "
+              + (f"(a)/(d) = {a / rate['d petastorm']:.2f}x" if "d petastorm" in rate else "(a)/(d) = n/a"))
+        print(f"  bytes read by (a): {runs['a reader']['bytes']:,} = {runs['a reader']['bytes'] / wanted:.3f}x the "
+              f"requested columns' {wanted:,} compressed bytes")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
