@@ -8,7 +8,8 @@
    day 3, a rename on day 4, a deprecation on day 5, derived features on day 6 that are
    backfilled into days 1-5; each change shown by ``features diff`` and run by ``features apply``;
 3. compute every partition's feature statistics into the catalog;
-4. print each step's summary and the answers to SQL questions over the table and the catalog.
+4. read the demo training job ``jobs/ctr_demo.yaml`` through the reader (no JVM) and record it;
+5. print each step's summary and the answers to SQL questions over the table and the catalog.
 
 Later steps (reader, trainer) extend this same command.
 """
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from schemas.registry import DatasetRegistry
+
+DEMO_JOB = Path(__file__).resolve().parent.parent / "jobs" / "ctr_demo.yaml"
 
 DEMO_QUERY = """
 SELECT ds,
@@ -123,6 +126,12 @@ def run(config: DemoConfig) -> None:
             progress=stderr_progress,
         )
         say(f"featurehouse catalog stats --dataset {config.dataset} --ds ... ({config.days} partitions)", stats.format())
+        if config.dataset == "ads":
+            from ingest import job
+
+            lines: list[str] = []
+            job.run(job.ReadConfig(job=DEMO_JOB, home=config.home, registry_dir=staged_dir), out=lines.append)
+            say(f"featurehouse read --job {DEMO_JOB.relative_to(DEMO_JOB.parent.parent)}", "\n".join(lines))
         statement = DEMO_QUERY.format(dataset=config.dataset).strip()
         say("featurehouse sql \"" + " ".join(statement.split()) + "\"",
             sql.run(spark, sql.SqlConfig(statement=statement, home=config.home)).format())  # fmt: skip

@@ -50,6 +50,15 @@ WHERE dataset = 'ads' AND added_ds >= trunc(current_date(), 'MM')
 ORDER BY added_ds, feature""",
     ),
     (
+        "What did each training job read, and what did it cost?",
+        """SELECT job_id, ds_from, ds_to, size(features) AS features, rows_read,
+       round(bytes_read / 1e6, 1) AS mb_read, table_version,
+       round((unix_micros(ended_at) - unix_micros(started_at)) / 1e6, 1) AS seconds
+FROM featurehouse_catalog.feature_usage
+WHERE dataset = 'ads'
+ORDER BY started_at""",
+    ),
+    (
         "What changed in the registry: deprecated, dropped or renamed features?",
         """SELECT feature, status, deprecated_ds, renamed_from, owner
 FROM featurehouse_catalog.features
