@@ -211,7 +211,7 @@ def unknown_feature_keys(registry: DatasetRegistry) -> Column:
     """Per record, the logged feature names the registry does not know (for that map), whatever their status."""
     parts = []
     for kind, column in _MAP_OF_KIND.items():
-        names = sorted({key for f in registry.features if f.kind is kind for key in f.log_keys})
+        names = registry.known_log_keys(kind)
         known = F.array(*[F.lit(n) for n in names]) if names else F.array().cast("array<string>")
         parts.append(F.array_except(F.coalesce(F.map_keys(column), F.array().cast("array<string>")), known))
     return F.concat(*parts)

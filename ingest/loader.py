@@ -84,7 +84,7 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
                 cache[piece.unit] = read_row_groups(file, self.snapshot, self.registry, self.columns, counter,
                                                     row_groups=[piece.unit.row_group])  # fmt: skip
             parts.append(cache[piece.unit].slice(piece.start, piece.stop - piece.start))
-        table = pa.concat_tables(parts) if parts else None
+        table = pa.concat_tables(parts)
         order = window_permutation(table.num_rows, seed=self.seed, epoch=self.epoch, rank=self.rank,
                                    window=window.index, shuffle=self.shuffle_buffer > 0)  # fmt: skip
         return table.take(pa.array(order))

@@ -98,10 +98,6 @@ class Reader:
     snapshot: Snapshot
     dataset: SnapshotDataset
 
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.dataset.columns
-
 
 def open_reader(
     spec: JobSpec,

@@ -35,6 +35,12 @@ class TableError(FeaturehouseError):
     """A warehouse table is missing or does not match what the registry says."""
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (Spark's run to pages), or its type when it has none."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def run_command(body: Callable[[], str | None]) -> int:
     """Run a command's body; print what it returns to stdout and exit 0.
 

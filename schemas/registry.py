@@ -255,10 +255,10 @@ class DatasetRegistry(_Frozen):
         """Stored features computed from other columns, in registry order."""
         return tuple(f for f in self.stored_features if f.derived is not None)
 
-    @property
-    def known_log_keys(self) -> frozenset[str]:
-        """Every name a log may use for a registered feature, whatever its status (others are unknown)."""
-        return frozenset(key for f in self.features for key in (f.name, f.renamed_from) if key)
+    def known_log_keys(self, kind: Kind) -> tuple[str, ...]:
+        """The names a log's map of ``kind`` may use for registered features, whatever their status
+        (new and old names; derived features are never logged), sorted. Other names are unknown."""
+        return tuple(sorted({key for f in self.features if f.kind is kind for key in f.log_keys}))
 
     def of_kind(self, kind: Kind) -> tuple[Feature, ...]:
         return tuple(f for f in self.stored_features if f.kind is kind)

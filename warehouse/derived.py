@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from schemas.errors import RegistryError
+from schemas.errors import RegistryError, first_line
 from schemas.registry import DatasetRegistry, Feature
 from schemas.spark import feature_type, table_schema
 
@@ -48,9 +48,8 @@ def validate_derived(spark: SparkSession, registry: DatasetRegistry) -> None:
             frame = frame.withColumn(feature.name, derived_column(feature))
             frame.schema  # noqa: B018 - analysis happens here
         except Exception as err:  # parse and analysis errors come as several pyspark exception types
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise RegistryError(
                 f"{registry.source}: derived expression of feature {feature.name!r} ({feature.derived}) does not "
-                f"resolve to {feature_type(feature).simpleString()}: {reason}. It may use the key columns and the "
+                f"resolve to {feature_type(feature).simpleString()}: {first_line(err)}. It may use the key columns and the "
                 "features defined before it, never labels"
             ) from err

@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType
 from pyspark.errors import AnalysisException
 
-from schemas.errors import RegistryError, TableError
+from schemas.errors import RegistryError, TableError, first_line
 from schemas.registry import KEY_COLUMNS, PARTITION_COLUMN, DatasetRegistry, Feature, Status
 from schemas.spark import feature_type, table_schema
 from warehouse.derived import validate_derived
@@ -291,9 +291,8 @@ def apply_table_changes(spark: SparkSession, the_plan: Plan, *, only_automatic: 
             try:
                 spark.sql(change.sql)
             except AnalysisException as err:
-                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                 raise TableError(
-                    f"{change.action.value} on {the_plan.table} failed: {reason}; the changes before it are applied, "
+                    f"{change.action.value} on {the_plan.table} failed: {first_line(err)}; the changes before it are applied, "
                     f"so fix the cause and run featurehouse features apply --dataset {the_plan.registry.dataset} again"
                 ) from err
         done.append(change)

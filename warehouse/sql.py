@@ -19,7 +19,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from schemas.errors import ConfigError, FeaturehouseError
+from schemas.errors import ConfigError, FeaturehouseError, first_line
 from warehouse.jobs import add_common_arguments, common_settings, run_spark_job
 
 
@@ -101,8 +101,7 @@ def run(spark: SparkSession, config: SqlConfig) -> SqlResult:
         frame = spark.sql(config.statement)
     except Exception as err:  # pyspark raises its own AnalysisException/ParseException types
         if type(err).__module__.startswith("pyspark"):
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise FeaturehouseError(f"Spark SQL refused the statement: {first}") from err
+            raise FeaturehouseError(f"Spark SQL refused the statement: {first_line(err)}") from err
         raise
     rows = frame.limit(config.limit + 1).collect()
     return SqlResult(

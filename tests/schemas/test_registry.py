@@ -114,7 +114,8 @@ def test_lifecycle_renames_and_derived_features_shape_the_columns(tmp_path):
     assert [f.name for f in registry.stored_features] == ["price_usd", "tags", "price_log"]  # dropped: no column
     assert [f.name for f in registry.logged_features] == ["price_usd", "tags"]  # derived: not logged
     assert registry.by_name["price_usd"].log_keys == ("price_usd", "price")
-    assert registry.known_log_keys == {"price_usd", "price", "tags", "legacy", "price_log"}
+    assert registry.known_log_keys(Kind.DENSE) == ("legacy", "price", "price_usd")  # not price_log: derived
+    assert registry.known_log_keys(Kind.SPARSE) == ("tags",)
     tags = registry.by_name["tags"]
     assert tags.populated_on(dt.date(2026, 11, 4)) and not tags.populated_on(dt.date(2026, 11, 5))
     assert not registry.by_name["legacy"].populated_on(dt.date(2026, 1, 1))
