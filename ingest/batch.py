@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
-import numpy as np
 import torch
 
-from ingest.transforms import SparseColumn
 from schemas.errors import ConfigError
 
 
@@ -91,63 +88,3 @@ class Batch:
         return KeyedJaggedTensor(keys=list(self.sparse_keys), values=self.values, lengths=self.lengths,
                                  weights=self.weights)  # fmt: skip
 
-
-def _row_count(dense: Mapping[str, np.ndarray], sparse: Mapping[str, SparseColumn],
-               labels: Mapping[str, np.ndarray]) -> int:  # fmt: skip
-    counts = {f"dense {k!r}": len(v) for k, v in dense.items()}
-    counts |= {f"sparse {k!r}": len(v) for k, v in sparse.items()}
-    counts |= {f"label {k!r}": len(v) for k, v in labels.items()}
-    if not counts:
-        raise ConfigError("make_batch got no columns; pass at least one dense, sparse or label column")
-    if len(set(counts.values())) > 1:
-        found = ", ".join(f"{name}: {n}" for name, n in counts.items())
-        raise ConfigError(f"make_batch columns differ in row count ({found}); every column must have the same rows")
-    for name, column in [*dense.items(), *labels.items()]:
-        if np.ndim(column) != 1:
-            raise ConfigError(
-                f"make_batch column {name!r} has shape {np.shape(column)}; dense and label columns are 1-D, one per row"
-            )
-    return next(iter(counts.values()))
-
-
-def _matrix(columns: Mapping[str, np.ndarray], rows: int) -> torch.Tensor:
-    if not columns:
-        return torch.empty((rows, 0), dtype=torch.float32)
-    return torch.from_numpy(np.stack([np.asarray(c, dtype=np.float32) for c in columns.values()], axis=1))
-
-
-def make_batch(
-    dense: Mapping[str, np.ndarray], sparse: Mapping[str, SparseColumn], labels: Mapping[str, np.ndarray]
-) -> Batch:
-    """A Batch from per-feature columns of equal row count, keys in the mappings' order.
-
-    Rows that any sparse column's ``keep`` mask marks False (``drop_empty``) are dropped from every column.
-    """
-    rows = _row_count(dense, sparse, labels)
-    masks = [c.keep for c in sparse.values() if c.keep is not None]
-    if masks:
-        keep = np.logical_and.reduce(masks)
-        if not keep.all():
-            dense = {k: np.asarray(v)[keep] for k, v in dense.items()}
-            labels = {k: np.asarray(v)[keep] for k, v in labels.items()}
-            rows = int(keep.sum())
-        sparse = {k: c.filter(keep) for k, c in sparse.items()}
-    columns = list(sparse.values())
-    values = np.concatenate([c.values for c in columns]) if columns else np.empty(0)
-    lengths = np.concatenate([c.lengths for c in columns]) if columns else np.empty(0)
-    weights = None
-    if any(c.weights is not None for c in columns):
-        weights = np.concatenate(
-            [c.weights if c.weights is not None else np.ones(len(c.values), np.float32) for c in columns]
-        )
-        weights = torch.from_numpy(weights.astype(np.float32, copy=False))
-    return Batch(
-        dense=_matrix(dense, rows),
-        dense_keys=tuple(dense),
-        sparse_keys=tuple(sparse),
-        values=torch.from_numpy(values.astype(np.int64, copy=False)),
-        lengths=torch.from_numpy(lengths.astype(np.int32, copy=False)),
-        weights=weights,
-        labels=_matrix(labels, rows),
-        label_keys=tuple(labels),
-    )

@@ -8,15 +8,20 @@
 
 How rows are split is in ``ingest/plan.py``: every rank yields the same number of
 batches, every row is read once per epoch across ranks (``drop_last`` drops the
-remainder instead), memory holds one window of ``shuffle_buffer`` rows and one row group per worker.
+remainder instead), memory holds one window of ``shuffle_buffer`` rows and two row groups per worker
+(the one being batched and the one a thread reads ahead).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import torch
 
@@ -27,8 +32,36 @@ from schemas.errors import ConfigError
 from schemas.registry import DatasetRegistry
 
 
+READ_AHEAD = 1  # row groups read ahead of the one being converted
+
+
+class TableBlock:
+    """A pyarrow table as a block (see SnapshotDataset): what the loader uses without a converter."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def slice(self, start: int, stop: int) -> TableBlock:
+        return TableBlock(self.table.slice(start, stop - start))
+
+    @staticmethod
+    def concat(parts: Sequence[TableBlock]) -> TableBlock:
+        return parts[0] if len(parts) == 1 else TableBlock(pa.concat_tables([p.table for p in parts]))
+
+    def batch(self, rows: np.ndarray | None = None) -> pa.Table:
+        return self.table if rows is None else self.table.take(pa.array(rows))
+
+
 class SnapshotDataset(torch.utils.data.IterableDataset):
-    """Batches of a snapshot's rows as pyarrow tables of ``columns`` (``convert`` may turn them into tensors)."""
+    """Batches of a snapshot's rows: pyarrow tables of ``columns``, or what ``convert``'s blocks make of them.
+
+    ``convert`` turns each row group read (a pyarrow table of ``columns``) into a block
+    with ``len()``, ``slice(start, stop)``, ``concat(parts)`` and ``batch(rows=None)``, such as
+    :class:`ingest.block.Block`; a batch is ``window.batch(rows)`` with its rows of the window's permutation.
+    """
 
     def __init__(
         self,
@@ -42,7 +75,7 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         drop_last: bool = False,
         rank: int = 0,
         world_size: int = 1,
-        convert: Callable[[pa.Table], Any] | None = None,
+        convert: Callable[[pa.Table], Any] = TableBlock,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank {rank} is not in [0, world_size {world_size}); pass the process's own rank")
@@ -62,6 +95,7 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         self.epoch = 0
         self.last_counter = IoCounter()
         self.start_batch = 0  # batches of this epoch already delivered (set by ResumableLoader on resume)
+        self.with_costs = False  # yield (batch, IoCounter of what it cost) pairs (set by ResumableLoader)
 
     def windows(self) -> list:
         return rank_windows(
@@ -73,21 +107,33 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         """Batches per epoch on this rank (the same on every rank)."""
         return sum(len(w.batch_sizes) for w in self.windows())
 
-    def _read_window(self, window, counter: IoCounter, cache: dict) -> pa.Table:
-        """The window's rows, shuffled; ``cache`` keeps the last row group read, which the next window
-        of the same worker usually starts with."""
-        parts = []
-        for piece in window.pieces:
-            if piece.unit not in cache:
-                file = self.snapshot.files[piece.unit.file]
-                cache.clear()
-                cache[piece.unit] = read_row_groups(file, self.snapshot, self.registry, self.columns, counter,
-                                                    row_groups=[piece.unit.row_group])  # fmt: skip
-            parts.append(cache[piece.unit].slice(piece.start, piece.stop - piece.start))
-        table = pa.concat_tables(parts)
-        order = window_permutation(table.num_rows, seed=self.seed, epoch=self.epoch, rank=self.rank,
-                                   window=window.index, shuffle=self.shuffle_buffer > 0)  # fmt: skip
-        return table.take(pa.array(order))
+    def _read(self, unit: Unit, counter: IoCounter) -> pa.Table:
+        started = time.perf_counter()
+        file = self.snapshot.files[unit.file]
+        table = read_row_groups(file, self.snapshot, self.registry, self.columns, counter,
+                                row_groups=[unit.row_group])  # fmt: skip
+        counter.read_s += time.perf_counter() - started
+        return table
+
+    def _blocks(self, windows: Sequence, counter: IoCounter) -> Iterator[tuple[Unit, Any]]:
+        """The row groups the windows need, in order, each once: read by a thread one row group ahead (pyarrow
+        decodes without the GIL) and converted in this one, so reading overlaps transforms and batching."""
+        units = [unit for unit, _ in itertools.groupby(p.unit for w in windows for p in w.pieces)]
+        with ThreadPoolExecutor(1, thread_name_prefix="featurehouse-read") as pool:
+            pending: deque = deque()
+            for unit in units:
+                pending.append((unit, pool.submit(self._read, unit, counter)))
+                if len(pending) > READ_AHEAD:
+                    yield self._converted(*pending.popleft(), counter)
+            while pending:
+                yield self._converted(*pending.popleft(), counter)
+
+    def _converted(self, unit: Unit, table: Future, counter: IoCounter) -> tuple[Unit, Any]:
+        rows = table.result()
+        started = time.perf_counter()
+        block = self.convert(rows)
+        counter.convert_s += time.perf_counter() - started
+        return unit, block
 
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
@@ -98,44 +144,76 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
             return
         original, skip = role
         counter = self.last_counter = IoCounter()  # in this process: the caller sees it when num_workers is 0
-        cache: dict = {}
+        todo = []
         for window in worker_windows(windows, worker=original, num_workers=workers):
             if skip >= len(window.batch_sizes):  # delivered before a resume: not even read
                 skip -= len(window.batch_sizes)
-                continue
-            started = time.perf_counter()
-            rows = self._read_window(window, counter, cache)
-            counter.read_s += time.perf_counter() - started
-            counter.bytes_all_columns += sum(
-                p.unit.bytes_all * (p.stop - p.start) // max(p.unit.rows, 1) for p in window.pieces
-            )
-            offset = 0
-            for i, size in enumerate(window.batch_sizes):
-                if i >= skip:
-                    started = time.perf_counter()
-                    batch = rows.slice(offset, size)
-                    out = self.convert(batch) if self.convert else batch
-                    counter.convert_s += time.perf_counter() - started
-                    counter.rows += size
-                    counter.batches += 1
-                    yield out
-                offset += size
+            else:
+                todo.append(window)
+        blocks = self._blocks(todo, counter)
+        unit = block = None
+        for window in todo:
+            parts = []
+            for piece in window.pieces:
+                if piece.unit != unit:
+                    unit, block = next(blocks)
+                parts.append(block.slice(piece.start, piece.stop))
+            yield from self._batches(window, parts, skip, counter)
             skip = 0
+
+    def _batches(self, window, parts: list, skip: int, counter: IoCounter) -> Iterator[Any]:
+        """The window's batches (after the first ``skip``): its rows shuffled together, gathered batch by batch."""
+        started = time.perf_counter()
+        rows = type(parts[0]).concat(parts)
+        order = None
+        if self.shuffle_buffer > 0:
+            order = window_permutation(len(rows), seed=self.seed, epoch=self.epoch, rank=self.rank,
+                                       window=window.index, shuffle=True)  # fmt: skip
+        counter.assemble_s += time.perf_counter() - started
+        counter.bytes_all_columns += sum(
+            p.unit.bytes_all * (p.stop - p.start) // max(p.unit.rows, 1) for p in window.pieces
+        )
+        offset = 0
+        for i, size in enumerate(window.batch_sizes):
+            if i >= skip:
+                started = time.perf_counter()
+                if order is None:
+                    out = rows.slice(offset, offset + size).batch()
+                else:
+                    out = rows.batch(order[offset : offset + size])
+                counter.assemble_s += time.perf_counter() - started
+                counter.rows += size
+                counter.batches += 1
+                yield (out, counter.drain()) if self.with_costs else out
+            offset += size
 
 
 class ResumableLoader:
-    """A DataLoader over a :class:`SnapshotDataset` that knows how far an epoch got and can resume there."""
+    """A DataLoader over a :class:`SnapshotDataset` that knows how far an epoch got and can resume there.
+
+    ``counter`` adds up what every batch cost in whichever process made it (workers send
+    their counts with each batch), plus ``wait_s``: the time this process waited for batches.
+    """
 
     def __init__(self, dataset: SnapshotDataset, *, num_workers: int = 0, **loader_args: Any) -> None:
         self.dataset, self.num_workers, self.loader_args = dataset, num_workers, loader_args
         self.delivered = 0
+        self.counter = IoCounter()
+        dataset.with_costs = True
 
     def __iter__(self) -> Iterator[Any]:
         self.dataset.start_batch = self.delivered
-        loader = torch.utils.data.DataLoader(
+        loader = iter(torch.utils.data.DataLoader(
             self.dataset, batch_size=None, num_workers=self.num_workers, **self.loader_args
-        )
-        for batch in loader:
+        ))  # fmt: skip
+        while True:
+            started = time.perf_counter()
+            try:
+                batch, cost = next(loader)
+            except StopIteration:
+                break
+            self.counter.wait_s += time.perf_counter() - started
+            self.counter.merge(cost)
             self.delivered += 1
             yield batch
         self.dataset.epoch += 1

@@ -9,6 +9,7 @@ what happened rather than on what the API promises. Columns a file does not have
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,18 +24,24 @@ from schemas.errors import TableError
 from schemas.registry import DatasetRegistry
 
 
+_SUMMED = ("bytes_read", "rows", "batches", "bytes_all_columns", "io_s", "read_s", "convert_s", "assemble_s", "wait_s")
+
+
 @dataclass
 class IoCounter:
-    """Bytes read and files opened, shared by the files of one reader (thread-safe); the loader adds
-    the rows and batches it made, what all columns of those rows would have cost, and where time went."""
+    """What reading cost: bytes read and files opened (counted by the files themselves, thread-safe), rows and
+    batches made, what all columns of those rows would have cost, and where the time went."""
 
     bytes_read: int = 0
     files_opened: list[str] = field(default_factory=list)
     rows: int = 0
     batches: int = 0
     bytes_all_columns: int = 0
-    read_s: float = 0.0  # I/O and Parquet decoding
-    convert_s: float = 0.0  # transforms and tensors
+    io_s: float = 0.0  # inside the files' reads
+    read_s: float = 0.0  # reading row groups: I/O plus Parquet decoding
+    convert_s: float = 0.0  # transforms of whole row groups
+    assemble_s: float = 0.0  # shuffling windows and cutting batches
+    wait_s: float = 0.0  # the consumer waiting for batches (set by ResumableLoader)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __getstate__(self) -> dict:  # picklable for worker processes: the lock is recreated
@@ -43,9 +50,29 @@ class IoCounter:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _lock=threading.Lock())
 
-    def add(self, n: int) -> None:
+    @property
+    def decode_s(self) -> float:
+        return max(self.read_s - self.io_s, 0.0)
+
+    def add(self, n: int, seconds: float) -> None:
         with self._lock:
             self.bytes_read += n
+            self.io_s += seconds
+
+    def merge(self, other: IoCounter) -> None:
+        with self._lock:
+            for name in _SUMMED:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+            self.files_opened.extend(other.files_opened)
+
+    def drain(self) -> IoCounter:
+        """What was counted since the last drain, forgotten here: a worker sends it along with each batch."""
+        with self._lock:
+            out = IoCounter(**{name: getattr(self, name) for name in _SUMMED}, files_opened=self.files_opened)
+            for name in _SUMMED:
+                setattr(self, name, type(getattr(self, name))())
+            self.files_opened = []
+        return out
 
 
 class CountingFile:
@@ -56,8 +83,9 @@ class CountingFile:
         self.closed = False
 
     def read(self, nbytes: int | None = None) -> bytes:
+        started = time.perf_counter()
         data = self._raw.read(nbytes)
-        self._counter.add(len(data))
+        self._counter.add(len(data), time.perf_counter() - started)
         return data
 
     def seek(self, offset: int, whence: int = 0) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.batch import Batch, make_batch
+from ingest.block import Block
 from ingest.loader import SnapshotDataset
 from ingest.snapshot import Snapshot, open_snapshot
 from ingest.spec import JobSpec
@@ -32,14 +32,15 @@ FEATURE_DATABASE = "featurehouse"
 
 @dataclass(frozen=True)
 class Converter:
-    """Turns a pyarrow batch of the spec's columns into a :class:`Batch` (picklable for worker processes)."""
+    """Turns a row group of the spec's columns (pyarrow) into a :class:`Block` of transformed rows, which the
+    loader shuffles and cuts into batches (picklable for worker processes)."""
 
     dense: tuple[tuple[str, tuple[Transform, ...]], ...]
     sparse: tuple[tuple[str, tuple[Transform, ...]], ...]
     labels: tuple[tuple[str, str], ...]  # (label name, column)
 
-    def __call__(self, table: pa.Table) -> Batch:
-        return make_batch(
+    def __call__(self, table: pa.Table) -> Block:
+        return Block.of(
             {name: apply_dense(table.column(name), ts) for name, ts in self.dense},
             {name: apply_sparse(table.column(name), ts) for name, ts in self.sparse},
             {name: table.column(column).to_numpy().astype(np.float32) for name, column in self.labels},

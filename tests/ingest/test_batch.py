@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 import torch
 
-from ingest.batch import Batch, make_batch
+from ingest.batch import Batch
+from ingest.block import make_batch
 from ingest.transforms import SparseColumn, apply_sparse, parse_transforms
 from schemas.errors import ConfigError
 from schemas.registry import Feature

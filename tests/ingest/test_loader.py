@@ -133,3 +133,37 @@ def test_resume_roles_continue_the_round_robin_for_every_k(workers):
         remaining = [counts[orig] - skip for orig, skip in (roles.get(j, (0, counts[0])) for j in range(workers))]
         resumed = [(roles[j][0], roles[j][1] + t) for j, t in delivery_order(remaining)]
         assert resumed == original[k:], k
+
+
+@pytest.mark.spark
+def test_what_workers_read_is_added_up_in_the_loader(snapshot_and_registry):
+    snapshot, registry = snapshot_and_registry
+    dataset = SnapshotDataset(snapshot, registry, ["impression_id", "x"], batch_size=128, shuffle_buffer=512, seed=5)
+    in_process = ResumableLoader(dataset)
+    assert sum(b.num_rows for b in in_process) == 3000
+    dataset = SnapshotDataset(snapshot, registry, ["impression_id", "x"], batch_size=128, shuffle_buffer=512, seed=5)
+    workers = ResumableLoader(dataset, num_workers=2, **SPAWN)
+    assert sum(b.num_rows for b in workers) == 3000
+    for counter in (in_process.counter, workers.counter):
+        assert (counter.rows, counter.batches) == (3000, len(dataset))
+        assert sorted(counter.files_opened) == sorted(f.uri for f in snapshot.files)  # each file once, per process
+        assert counter.bytes_all_columns > counter.bytes_read > 0 and counter.wait_s > 0
+    assert workers.counter.bytes_read == in_process.counter.bytes_read
+
+
+@pytest.mark.spark
+def test_a_corrupt_page_read_ahead_by_the_thread_fails_naming_the_file(snapshot_and_registry, tmp_path):
+    from dataclasses import replace
+
+    from schemas.errors import TableError
+
+    snapshot, registry = snapshot_and_registry
+    original = snapshot.files[1]
+    data = bytearray(open(original.uri.removeprefix("file://"), "rb").read())
+    data[4:1004] = bytes(1000)  # the first pages; the footer stays readable, so the plan is made
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(bytes(data))
+    files = (snapshot.files[0], replace(original, uri=str(broken)), *snapshot.files[2:])
+    dataset = SnapshotDataset(replace(snapshot, files=files), registry, ["impression_id", "x"], batch_size=100)
+    with pytest.raises(TableError, match=r"data file .*broken\.parquet \(ds=2026-11-01\) is corrupt or truncated"):
+        list(dataset)
