@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.loader import SnapshotDataset
+from ingest.loader import ResumableLoader, SnapshotDataset
 from ingest.reader import open_reader
 from ingest.spec import load_spec
 from ingest.usage import UsageRecord, record_usage
@@ -34,10 +35,13 @@ class ReadConfig:
     version: int | None = None
     record: bool = True
     registry_dir: Path | None = None
+    workers: int = 0
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit <= 0:
             raise ConfigError(f"--limit {self.limit} must be a positive number of batches")
+        if self.workers < 0:
+            raise ConfigError(f"--workers {self.workers} must be 0 (read in this process) or more")
 
 
 def _shapes(batch) -> str:
@@ -55,27 +59,26 @@ def run(config: ReadConfig, *, out=print) -> UsageRecord:
     out(f"read {spec.job_id}: {spec.dataset} version {reader.snapshot.version}, ds {format_ds(spec.days[0])} .. "
         f"{format_ds(spec.days[-1])}, {len(reader.snapshot.files)} files, {len(spec.features)} of "
         f"{len(registry.stored_features)} features, {len(dataset):,} batches of {spec.batch_size}")  # fmt: skip
-    waited = 0.0
-    batches = iter(dataset)
-    for i in range(len(dataset) if config.limit is None else min(config.limit, len(dataset))):
-        t0 = time.perf_counter()
-        batch = next(batches)
-        waited += time.perf_counter() - t0
+    loader = ResumableLoader(dataset, num_workers=config.workers)
+    limit = len(dataset) if config.limit is None else min(config.limit, len(dataset))
+    for i, batch in enumerate(itertools.islice(loader, limit)):
         if i < 3:
             out(f"  batch {i}: {len(batch):,} rows; {_shapes(batch)}")
-    counter = dataset.last_counter
+    counter = loader.counter
     elapsed = time.perf_counter() - started
     read_bytes = counter.bytes_read + dataset.footer_bytes
     ratio = counter.bytes_all_columns / read_bytes if read_bytes else 0.0
     out(f"  {counter.batches:,} batches, {counter.rows:,} rows in {elapsed:.2f}s ({counter.rows / elapsed:,.0f} rows/s)")
     out(f"  bytes read {read_bytes:,} (planning footers {dataset.footer_bytes:,}); all columns of these rows: "
         f"{counter.bytes_all_columns:,} ({ratio:.1f}x more)")  # fmt: skip
-    out(f"  time: read (I/O + decode) {counter.read_s:.2f}s, transforms {counter.convert_s:.2f}s, "
-        f"waiting for batches {waited:.2f}s")  # fmt: skip
+    where = "its worker" + ("s" if config.workers > 1 else "") if config.workers else "a read-ahead thread"
+    out(f"  time: I/O {counter.io_s:.2f}s and decoding {counter.decode_s:.2f}s (in {where}), transforms "
+        f"{counter.convert_s:.2f}s, shuffling and batching {counter.assemble_s:.2f}s; waiting for batches "
+        f"{counter.wait_s:.2f}s")  # fmt: skip
     usage = UsageRecord(
         job_id=spec.job_id, dataset=spec.dataset, ds_from=format_ds(spec.days[0]), ds_to=format_ds(spec.days[-1]),
         features=spec.feature_names, bytes_read=read_bytes, rows_read=counter.rows,
-        table_version=reader.snapshot.version, started_at=started_at, ended_at=dt.datetime.now(dt.UTC),
+        table_version=reader.snapshot.version, started_at=started_at, ended_at=dt.datetime.now(dt.UTC), cost=counter,
     )  # fmt: skip
     if config.record:
         version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
@@ -96,9 +99,11 @@ def parse_args(argv: Sequence[str] | None = None) -> ReadConfig:
     parser.add_argument("--home", type=Path, default=None,
                         help="data folder holding warehouse/ (default: $FEATUREHOUSE_HOME or ./data)")  # fmt: skip
     parser.add_argument("--registry-dir", type=Path, default=None, help="folder of registry files")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="DataLoader worker processes (default 0: read in this process, with a read-ahead thread)")
     ns = parser.parse_args(argv)
     return ReadConfig(job=ns.job, home=(ns.home or default_home()).resolve(), limit=ns.limit, version=ns.version,
-                      record=not ns.no_record, registry_dir=ns.registry_dir)  # fmt: skip
+                      record=not ns.no_record, registry_dir=ns.registry_dir, workers=ns.workers)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from ingest.read import IoCounter
 from schemas.catalog import FEATURE_USAGE_SCHEMA
 from schemas.errors import ConfigError, TableError
 from schemas.names import JOB_ID_RULE, format_ds, parse_ds, valid_job_id, validate_name
@@ -40,6 +41,7 @@ class UsageRecord:
     table_version: int
     started_at: dt.datetime
     ended_at: dt.datetime
+    cost: IoCounter | None = None  # batches, bytes all columns would cost, where time went; None: not measured
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     def __post_init__(self) -> None:
@@ -78,7 +80,17 @@ class UsageRecord:
             "table_version": self.table_version,
             "started_at": self.started_at.astimezone(dt.UTC),
             "ended_at": self.ended_at.astimezone(dt.UTC),
+            **_cost_columns(self.cost),
         }
+
+
+def _cost_columns(cost: IoCounter | None) -> dict:
+    if cost is None:
+        return {}
+    return {
+        "batches": cost.batches, "bytes_all_columns": cost.bytes_all_columns, "io_s": cost.io_s,
+        "decode_s": cost.decode_s, "transform_s": cost.convert_s, "batching_s": cost.assemble_s, "wait_s": cost.wait_s,
+    }  # fmt: skip
 
 
 def record_usage(table_uri: str, records: Sequence[UsageRecord]) -> int:
@@ -95,5 +107,5 @@ def record_usage(table_uri: str, records: Sequence[UsageRecord]) -> int:
             f"no feature_usage table at {table_uri}; create the catalog first (featurehouse catalog sync)"
         ) from err
     batch = pa.Table.from_pylist([r.row() for r in records], schema=FEATURE_USAGE_SCHEMA)
-    write_deltalake(table_uri, batch, mode="append")
+    write_deltalake(table_uri, batch, mode="append", schema_mode="merge")  # a catalog made before the cost columns gains them
     return DeltaTable(table_uri).version()

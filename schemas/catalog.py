@@ -85,6 +85,14 @@ FEATURE_USAGE_SCHEMA = pa.schema(
         pa.field("table_version", pa.int64(), nullable=False),
         pa.field("started_at", _TS, nullable=False),
         pa.field("ended_at", _TS, nullable=False),
+        # what the read cost (null in rows written before these columns existed)
+        pa.field("batches", pa.int64()),
+        pa.field("bytes_all_columns", pa.int64()),  # what the same rows cost with every column
+        pa.field("io_s", pa.float64()),  # seconds in file reads
+        pa.field("decode_s", pa.float64()),  # Parquet decoding
+        pa.field("transform_s", pa.float64()),
+        pa.field("batching_s", pa.float64()),  # shuffling and cutting batches
+        pa.field("wait_s", pa.float64()),  # the consumer waiting for batches
     ]
 )
 

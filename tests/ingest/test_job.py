@@ -74,11 +74,11 @@ def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_hom
     reference = spark.table(table).toPandas()
     assert usage.rows_read == len(reference) == 500
     recorded = spark.sql(
-        f"SELECT features, rows_read, bytes_read FROM featurehouse_catalog.feature_usage WHERE job_id = 'test-job' "
-        f"AND dataset = '{dataset}'"
+        f"SELECT * FROM featurehouse_catalog.feature_usage WHERE job_id = 'test-job' AND dataset = '{dataset}'"
     ).collect()
-    assert [(list(r.features), r.rows_read) for r in recorded] == [(["k", "a", "b", "s"], 500)]
-    assert recorded[0].bytes_read > 0
+    assert [(list(r.features), r.rows_read, r.batches) for r in recorded] == [(["k", "a", "b", "s"], 500, 4)]
+    assert recorded[0].bytes_read > 0 and recorded[0].bytes_all_columns > 0
+    assert all(recorded[0][c] >= 0 for c in ("io_s", "decode_s", "transform_s", "batching_s", "wait_s"))
     assert any("500 rows" in line for line in lines) and any("recorded in featurehouse_catalog" in line for line in lines)
 
     # the tensors: rebuild every batch's rows from the reference and compare
