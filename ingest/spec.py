@@ -15,9 +15,13 @@ One YAML file per job, validated once against the dataset's registry::
     shuffle_buffer: 65536
     seed: 7
     drop_last: true
+    # for `featurehouse train` (trainer/): ds above is what it trains on
+    model: {embedding_dim: 16, bottom_mlp: [64, 32], top_mlp: [64, 32]}
+    train: {eval_ds: {from: 2026-11-08, to: 2026-11-08}, epochs: 3, learning_rate: 0.05}
 
 A feature that is not in the registry, or is deprecated or dropped, is refused with
-its name and the registry's closest names.
+its name and the registry's closest names. A sparse feature's embedding table has
+the rows of its ``hash`` transform, or ``embedding_rows: N`` next to its name.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -59,6 +63,7 @@ class FeatureSpec(_Frozen):
 
     name: str
     transforms: tuple[Any, ...] = ()
+    embedding_rows: int | None = Field(default=None, gt=0)  # a sparse feature's table size, if not its hash's
 
     @field_validator("name")
     @classmethod
@@ -66,6 +71,36 @@ class FeatureSpec(_Frozen):
         if not NAME_PATTERN.fullmatch(value):
             raise ValueError(f"feature name {value!r} is not allowed; use {NAME_RULE}")
         return value
+
+
+class ModelSpec(_Frozen):
+    """DLRM's sizes: the bottom MLP's hidden layers (it ends in ``embedding_dim``), the top MLP's hidden layers
+    (it ends in one logit per label)."""
+
+    embedding_dim: int = Field(default=16, gt=0)
+    bottom_mlp: tuple[int, ...] = (64, 32)
+    top_mlp: tuple[int, ...] = (64, 32)
+
+    @field_validator("bottom_mlp", "top_mlp")
+    @classmethod
+    def _sizes(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(size <= 0 for size in value):
+            raise ValueError(f"layer sizes must be positive, found {list(value)}")
+        return value
+
+
+class TrainSpec(_Frozen):
+    """How ``featurehouse train`` trains on the job's ``ds`` and evaluates on ``eval_ds``."""
+
+    eval_ds: DsRange | tuple[dt.date, ...]
+    epochs: int = Field(default=1, gt=0)
+    learning_rate: float = Field(default=0.05, gt=0)
+    optimizer: Literal["adagrad", "adam", "sgd"] = "adagrad"
+    checkpoint_every: int = Field(default=0, ge=0)  # steps between checkpoints; 0: at each epoch's end only
+
+    @property
+    def eval_days(self) -> tuple[dt.date, ...]:
+        return self.eval_ds.days() if isinstance(self.eval_ds, DsRange) else tuple(sorted(self.eval_ds))
 
 
 class JobSpec(_Frozen):
@@ -78,6 +113,8 @@ class JobSpec(_Frozen):
     shuffle_buffer: int = Field(default=0, ge=0)
     seed: int = 0
     drop_last: bool = False
+    model: ModelSpec | None = None
+    train: TrainSpec | None = None
     source: str = "<memory>"
 
     @field_validator("job_id")
@@ -97,6 +134,13 @@ class JobSpec(_Frozen):
                 raise ValueError("ds lists a partition twice; list each once")
             return tuple(sorted(value))
         return value
+
+    @model_validator(mode="after")
+    def _no_leak(self) -> JobSpec:
+        if self.train is not None and set(self.train.eval_days) & set(self.days):
+            both = ", ".join(str(d) for d in sorted(set(self.train.eval_days) & set(self.days)))
+            raise ValueError(f"train.eval_ds and ds share {both}; evaluate on partitions the job does not train on")
+        return self
 
     @property
     def days(self) -> tuple[dt.date, ...]:

@@ -15,7 +15,8 @@ Dense (computed in float64, returned as float32):
 * ``log1p``: ``log(1 + x)``. Values must be > -1 when it runs; a value <= -1 is refused
   when the data is seen, so put ``{clamp: [0, ...]}`` (or any lo > -1) before it.
 * ``{standardize: {mean: m, stddev: s}}``: ``(x - m) / s`` with ``s > 0``. Bare ``standardize``
-  means "the catalog's statistics": the caller fills them with :func:`resolve_stats`.
+  means "the catalog's statistics" of the stored values, which the caller fills in with
+  :func:`resolve_stats`; so only ``fill`` may come before it.
 
 Sparse (ids; weights, when present, follow their ids):
 
@@ -312,6 +313,12 @@ def parse_transforms(feature: Feature, raw: Sequence[Any], *, source: str) -> tu
         parsed = parse(arg)
         if isinstance(parsed, str):
             raise ConfigError(f"{where}: transforms[{i}]: {parsed}; {help_}")
+        if isinstance(parsed, Standardize) and not parsed.resolved and any(not isinstance(t, Fill) for t in out):
+            raise ConfigError(
+                f"{where}: transforms[{i}] bare standardize uses the catalog's mean and stddev of the stored values, "
+                "so only fill may come before it; move it first, or give {standardize: {mean: m, stddev: s}} of "
+                "the transformed values"
+            )
         out.append(parsed)
     if feature.kind is Kind.DENSE and not (out and isinstance(out[-1], Fill)):
         out.append(Fill(float(feature.fill_value)))  # type: ignore[arg-type]  # dense: a number

@@ -64,7 +64,7 @@ def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_hom
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({
         "job_id": "test-job", "dataset": dataset, "ds": {"from": DAYS[0], "to": DAYS[1]},
-        "features": [{"name": "k"}, {"name": "a", "transforms": [{"clamp": [0, 0.5]}, "standardize"]}, {"name": "b"},
+        "features": [{"name": "k"}, {"name": "a", "transforms": ["standardize", {"clamp": [-1, 0.5]}]}, {"name": "b"},
                      {"name": "s", "transforms": [{"hash": 100}, {"truncate": 2}]}],
         "labels": ["click"], "batch_size": 128, "seed": 3,
     }))  # fmt: skip
@@ -95,7 +95,7 @@ def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_hom
     pooled_var = ((n - 1) * stats["stddev"] ** 2 + n * (stats["mean"] - pooled_mean) ** 2).sum() / (n.sum() - 1)
     expected = {}
     for row in reference.itertuples():
-        standardized = np.float32((min(row.a, 0.5) - pooled_mean) / math.sqrt(pooled_var))
+        standardized = np.float32(min(max((row.a - pooled_mean) / math.sqrt(pooled_var), -1.0), 0.5))
         b = 2.5 if row.ds == DAYS[0] else row.b  # b was added after day 1: its default there
         ids = [] if row.s is None else [int(x) for x in splitmix64(np.asarray(row.s, dtype=np.int64)) % 100][:2]
         expected[row.k] = (standardized, np.float32(b), ids, float(row.label_click))

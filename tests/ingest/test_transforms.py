@@ -175,13 +175,19 @@ def test_log1p_refuses_values_at_or_below_minus_one():
 
 
 def test_bare_standardize_waits_for_catalog_stats():
-    transforms = parse_transforms(DENSE, [{"clamp": [0, 4]}, "standardize"], source=SOURCE)
+    transforms = parse_transforms(DENSE, [{"fill": 3.0}, "standardize", {"clamp": [-2, 4]}], source=SOURCE)
     assert needs_stats(transforms)
     with pytest.raises(ConfigError, match=r"standardize has no mean/stddev yet; call .*resolve_stats"):
         apply_dense(pa.array([1.0]), transforms)
     resolved = resolve_stats(transforms, (2.0, 0.5), feature="f")
     assert not needs_stats(resolved) and resolved[1] == Standardize(2.0, 0.5)
-    assert apply_dense(pa.array([1.0, 9.0, None]), resolved).tolist() == [-2.0, 4.0, 0.0]
+    assert apply_dense(pa.array([1.0, 9.0, None, 0.0]), resolved).tolist() == [-2.0, 4.0, 2.0, -2.0]
+
+
+def test_bare_standardize_after_a_value_changing_transform_is_refused():
+    with pytest.raises(ConfigError, match=r"transforms\[1\] bare standardize uses the catalog's mean and stddev of "
+                                          r"the stored values, so only fill may come before it; move it first"):
+        parse_transforms(DENSE, ["log1p", "standardize"], source=SOURCE)
     given = parse_transforms(DENSE, [{"standardize": {"mean": 1, "stddev": 1}}], source=SOURCE)
     assert resolve_stats(given, None, feature="f") == given
 
