@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backfill": ("etl.backfill", "fill a derived feature into past partitions, one commit per partition, verified"),
     "catalog": ("etl.catalog", "sync: registry -> feature catalog; stats: one partition's feature statistics"),
     "read": ("ingest.job", "read a job spec's partitions and features as torch batches (no JVM); record the run"),
+    "train": ("trainer.train", "train a job spec's DLRM through the reader, evaluate it, report data stalls; record it"),
     "sql": ("warehouse.sql", "run Spark SQL against the warehouse metastore and print the result"),
     "spark-args": ("featurehouse.spark_args", "print spark-sql/spark-submit arguments that reach the same warehouse"),
 }

@@ -9,9 +9,10 @@
    backfilled into days 1-5; each change shown by ``features diff`` and run by ``features apply``;
 3. compute every partition's feature statistics into the catalog;
 4. read the demo training job ``jobs/ctr_demo.yaml`` through the reader (no JVM) and record it;
-5. print each step's summary and the answers to SQL questions over the table and the catalog.
-
-Later steps (reader, trainer) extend this same command.
+5. train DLRM on days 1-6 and evaluate on day 7 with two jobs that read different features
+   (``jobs/ctr_demo.yaml``: user, item and context; ``jobs/ctr_context.yaml``: context only), each
+   recorded in the catalog with its bytes, samples/s and stall fraction;
+6. print each step's summary and the answers to SQL questions over the table and the catalog.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from schemas.registry import DatasetRegistry
 
 DEMO_JOB = Path(__file__).resolve().parent.parent / "jobs" / "ctr_demo.yaml"
+TRAIN_JOBS = (DEMO_JOB, DEMO_JOB.with_name("ctr_context.yaml"))
 
 DEMO_QUERY = """
 SELECT ds,
@@ -132,6 +134,7 @@ def run(config: DemoConfig) -> None:
             lines: list[str] = []
             job.run(job.ReadConfig(job=DEMO_JOB, home=config.home, registry_dir=staged_dir), out=lines.append)
             say(f"featurehouse read --job {DEMO_JOB.relative_to(DEMO_JOB.parent.parent)}", "\n".join(lines))
+            _train(spark, config, staged_dir)
         statement = DEMO_QUERY.format(dataset=config.dataset).strip()
         say("featurehouse sql \"" + " ".join(statement.split()) + "\"",
             sql.run(spark, sql.SqlConfig(statement=statement, home=config.home)).format())  # fmt: skip
@@ -141,19 +144,36 @@ def run(config: DemoConfig) -> None:
     print(f"demo finished in {time.monotonic() - started:.0f}s; data under {config.home}")
 
 
+def _train(spark: SparkSession, config: DemoConfig, staged_dir: Path) -> None:
+    """Train and evaluate each demo job (no JVM in the trainer; Spark only tells the table's size here)."""
+    from trainer import train
+
+    table_bytes = spark.sql(f"DESCRIBE DETAIL featurehouse.{config.dataset}").first()["sizeInBytes"]
+    for path in TRAIN_JOBS:
+        lines: list[str] = []
+        stderr_progress(f"training {path.name} (days 1-6, evaluated on day 7)")
+        result = train.run(train.TrainConfig(job=path, home=config.home, registry_dir=staged_dir, restart=True),
+                           out=lines.append)  # fmt: skip
+        cost = result.cost
+        lines.append(f"  bytes read {cost.bytes_read:,} over its epochs and the evaluation: "
+                     f"{cost.bytes_read / cost.bytes_all_columns:.1%} of what all columns of the same rows cost "
+                     f"({cost.bytes_all_columns:,}); the whole table is {table_bytes:,} bytes")  # fmt: skip
+        say(f"featurehouse train --job {path.relative_to(path.parent.parent)}", "\n".join(lines))
+
+
 def _start_from_scratch(spark: SparkSession, dataset: str) -> None:
     """Drop what an earlier demo run left of ``dataset``: the demo replays its registry's history from nothing."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from schemas.catalog import FEATURE_STATS, FEATURES, catalog_table
+    from schemas.catalog import FEATURE_STATS, FEATURE_USAGE, FEATURES, catalog_table
     from warehouse.tables import table_name
 
     table = table_name(dataset)
     if spark.catalog.tableExists(table):
         stderr_progress(f"dropping {table} and its catalog rows, left by an earlier demo run")
         spark.sql(f"DROP TABLE {table}")
-    for name in (FEATURES, FEATURE_STATS):
+    for name in (FEATURES, FEATURE_STATS, FEATURE_USAGE):
         if spark.catalog.tableExists(catalog_table(name)):
             DeltaTable.forName(spark, catalog_table(name)).delete(F.col("dataset") == dataset)
 

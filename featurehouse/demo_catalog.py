@@ -52,8 +52,9 @@ ORDER BY added_ds, feature""",
     (
         "What did each training job read, and what did it cost?",
         """SELECT job_id, ds_from, ds_to, size(features) AS features, rows_read,
-       round(bytes_read / 1e6, 1) AS mb_read, table_version,
-       round((unix_micros(ended_at) - unix_micros(started_at)) / 1e6, 1) AS seconds
+       round(bytes_read / 1e6, 1) AS mb_read, round(bytes_all_columns / 1e6, 1) AS mb_all_columns,
+       round((unix_micros(ended_at) - unix_micros(started_at)) / 1e6, 1) AS seconds,
+       round(samples_per_s) AS train_samples_per_s, round(stall_fraction, 3) AS stall
 FROM featurehouse_catalog.feature_usage
 WHERE dataset = 'ads'
 ORDER BY started_at""",

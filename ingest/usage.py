@@ -42,6 +42,9 @@ class UsageRecord:
     started_at: dt.datetime
     ended_at: dt.datetime
     cost: IoCounter | None = None  # batches, bytes all columns would cost, where time went; None: not measured
+    compute_s: float | None = None  # a training run's: time computing, its samples/s and stall fraction
+    samples_per_s: float | None = None
+    stall_fraction: float | None = None
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     def __post_init__(self) -> None:
@@ -81,6 +84,9 @@ class UsageRecord:
             "started_at": self.started_at.astimezone(dt.UTC),
             "ended_at": self.ended_at.astimezone(dt.UTC),
             **_cost_columns(self.cost),
+            "compute_s": self.compute_s,
+            "samples_per_s": self.samples_per_s,
+            "stall_fraction": self.stall_fraction,
         }
 
 

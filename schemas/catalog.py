@@ -93,6 +93,10 @@ FEATURE_USAGE_SCHEMA = pa.schema(
         pa.field("transform_s", pa.float64()),
         pa.field("batching_s", pa.float64()),  # shuffling and cutting batches
         pa.field("wait_s", pa.float64()),  # the consumer waiting for batches
+        # a training run's own (featurehouse train)
+        pa.field("compute_s", pa.float64()),  # forward, backward and optimizer steps
+        pa.field("samples_per_s", pa.float64()),  # training samples per second of waiting plus computing
+        pa.field("stall_fraction", pa.float64()),  # waiting / (waiting + computing)
     ]
 )
 

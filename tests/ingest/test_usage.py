@@ -83,15 +83,17 @@ def test_a_usage_table_from_before_the_cost_columns_gains_them_and_keeps_its_row
     from ingest.read import IoCounter
     from schemas.catalog import FEATURE_USAGE_SCHEMA
 
-    old_schema = pa.schema([f for f in FEATURE_USAGE_SCHEMA if f.name not in COST_COLUMNS])
+    old_schema = pa.schema([f for f in FEATURE_USAGE_SCHEMA if f.name not in (*COST_COLUMNS, *TRAIN_COLUMNS)])
     uri = str(tmp_path / "feature_usage")
     old = usage("ads", "old-job", ["a"], days_ago=3)
     write_deltalake(uri, pa.Table.from_pylist([old.row()], schema=old_schema))
     cost = IoCounter(batches=7, bytes_all_columns=9000, io_s=0.5, read_s=2.0, convert_s=1.0, assemble_s=0.25, wait_s=3.0)
-    record_usage(uri, [usage("ads", "new-job", ["a"], days_ago=0, cost=cost)])
+    record_usage(uri, [usage("ads", "new-job", ["a"], days_ago=0, cost=cost, compute_s=4.0, stall_fraction=0.4)])
     rows = {r["job_id"]: r for r in DeltaTable(uri).to_pyarrow_table().to_pylist()}
     assert rows.keys() == {"old-job", "new-job"}
-    assert all(rows["old-job"][c] is None for c in COST_COLUMNS)
+    assert all(rows["old-job"][c] is None for c in (*COST_COLUMNS, *TRAIN_COLUMNS))
+    assert (rows["new-job"]["compute_s"], rows["new-job"]["samples_per_s"], rows["new-job"]["stall_fraction"]) == (
+        4.0, None, 0.4)
     assert {c: rows["new-job"][c] for c in COST_COLUMNS} == {
         "batches": 7, "bytes_all_columns": 9000, "io_s": 0.5, "decode_s": 1.5, "transform_s": 1.0,
         "batching_s": 0.25, "wait_s": 3.0,
@@ -99,3 +101,4 @@ def test_a_usage_table_from_before_the_cost_columns_gains_them_and_keeps_its_row
 
 
 COST_COLUMNS = ("batches", "bytes_all_columns", "io_s", "decode_s", "transform_s", "batching_s", "wait_s")
+TRAIN_COLUMNS = ("compute_s", "samples_per_s", "stall_fraction")

@@ -1,0 +1,164 @@
+"""featurehouse train on a small Delta table with a planted signal: it learns it, resumes exactly, records
+its run, and trains data parallel under torchrun (real torch, real Delta via deltalake, no JVM)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+import yaml
+
+from trainer.metrics import auc
+from trainer.train import TrainConfig, run
+
+DAYS = ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]  # train on the first three, evaluate on the last
+ROWS_PER_DAY = 6000
+REPO = Path(__file__).resolve().parents[2]
+
+
+def planted_logit(d0, d1, user, effects):
+    return -1.5 + 1.0 * d0 - 0.8 * d1 + effects[user]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    """A featurehouse home holding featurehouse.signal (4 days) and an empty feature_usage table; the registry
+    in home/registry. Clicks follow ``planted_logit``; the true logits of the last day are kept for the oracle."""
+    from deltalake import write_deltalake
+
+    from schemas.catalog import FEATURE_USAGE, FEATURE_USAGE_SCHEMA, catalog_table_uri, managed_table_uri
+
+    root = tmp_path_factory.mktemp("train_home")
+    registry = {"dataset": "signal", "labels": [{"name": "click", "window": "1h"}], "features": [
+        *({"name": f"d{i}", "kind": "dense", "dtype": "float32", "description": "d", "owner": "o"} for i in range(3)),
+        {"name": "user_ids", "kind": "sparse", "dtype": "int64", "default": [], "description": "u", "owner": "o"},
+        {"name": "noise_ids", "kind": "sparse", "dtype": "int64", "default": [], "description": "n", "owner": "o"},
+    ]}  # fmt: skip
+    (root / "registry").mkdir()
+    (root / "registry" / "signal.yaml").write_text(yaml.safe_dump(registry))
+    rng = np.random.default_rng(11)
+    effects = rng.normal(0, 1.0, 50)
+    table = managed_table_uri(str(root / "warehouse"), "featurehouse", "signal")
+    for ds in DAYS:
+        d = rng.normal(0, 1, (3, ROWS_PER_DAY)).astype(np.float32)
+        user = rng.integers(0, 50, ROWS_PER_DAY)
+        logit = planted_logit(d[0], d[1], user, effects)
+        noise_lengths = rng.integers(0, 4, ROWS_PER_DAY)
+        noise = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(noise_lengths)].astype(np.int32)),
+                                         pa.array(rng.integers(0, 10_000, noise_lengths.sum())))  # fmt: skip
+        frame = pa.table({
+            "d0": d[0], "d1": d[1], "d2": d[2],
+            "user_ids": pa.array([[int(u)] for u in user], pa.list_(pa.int64())), "noise_ids": noise,
+            "label_click": (rng.random(ROWS_PER_DAY) < 1 / (1 + np.exp(-logit))).astype(np.int32),
+            "ds": pa.array([ds] * ROWS_PER_DAY),
+        })  # fmt: skip
+        write_deltalake(table, frame, mode="append", partition_by=["ds"])
+        if ds == DAYS[-1]:
+            np.save(root / "eval_logits.npy", np.stack([logit, frame["label_click"].to_numpy()]))
+    write_deltalake(catalog_table_uri(str(root / "warehouse"), FEATURE_USAGE), FEATURE_USAGE_SCHEMA.empty_table())
+    return root
+
+
+def job(home: Path, name: str, **train) -> Path:
+    spec = {
+        "job_id": name, "dataset": "signal", "ds": {"from": DAYS[0], "to": DAYS[2]},
+        "features": [{"name": "d0"}, {"name": "d1"}, {"name": "d2"},
+                     {"name": "user_ids", "embedding_rows": 50}, {"name": "noise_ids", "transforms": [{"hash": 1000}]}],
+        "labels": ["click"], "batch_size": 500, "shuffle_buffer": 2000, "seed": 3,
+        "model": {"embedding_dim": 8, "bottom_mlp": [16], "top_mlp": [16]},
+        "train": {"eval_ds": [DAYS[3]], "epochs": 3, "learning_rate": 0.05, **train},
+    }  # fmt: skip
+    path = home / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def config(home: Path, name: str, **kwargs) -> TrainConfig:
+    kwargs.setdefault("device", "cpu")
+    return TrainConfig(job=home / f"{name}.yaml", home=home, registry_dir=home / "registry", out=home / "runs" / name,
+                       **kwargs)  # fmt: skip
+
+
+def test_the_model_learns_the_planted_signal_and_the_run_is_recorded(home):
+    from deltalake import DeltaTable
+
+    from schemas.catalog import FEATURE_USAGE, catalog_table_uri
+
+    job(home, "learn")
+    lines: list[str] = []
+    result = run(config(home, "learn"), out=lines.append)
+    logits, labels = np.load(home / "eval_logits.npy")
+    oracle = auc(labels, logits)  # the best any model can do on these rows: 0.825
+    got = result.metrics["click"]
+    # 0.7 is the issue's floor; a run comes within 0.02 of the oracle (0.807 of 0.825 when this was written)
+    assert got.auc > 0.7 and got.auc > oracle - 0.05, (got.auc, oracle)
+    assert got.rows == ROWS_PER_DAY and 0.8 < got.calibration < 1.25 and got.normalized_entropy < 0.95
+    assert result.clock.samples == 3 * 3 * ROWS_PER_DAY and 0 <= result.clock.stall_fraction < 1
+    assert any(line.startswith("  eval click: AUC") for line in lines)
+    [usage] = DeltaTable(catalog_table_uri(str(home / "warehouse"), FEATURE_USAGE)).to_pyarrow_table().to_pylist()
+    assert (usage["job_id"], usage["rows_read"], usage["ds_from"], usage["ds_to"]) == (
+        "learn", 3 * 3 * ROWS_PER_DAY + ROWS_PER_DAY, DAYS[0], DAYS[3])
+    assert usage["stall_fraction"] == pytest.approx(result.clock.stall_fraction)
+    assert usage["compute_s"] > 0 and usage["samples_per_s"] > 0 and usage["bytes_read"] > 0
+
+
+def final_weights(home: Path, name: str) -> dict[str, torch.Tensor]:
+    return torch.load(home / "runs" / name / "checkpoint-rank0-of-1.pt", weights_only=False)["model"]
+
+
+def test_a_run_stopped_mid_epoch_resumes_to_the_same_weights_as_an_uninterrupted_one(home):
+    torch.use_deterministic_algorithms(True)
+    try:
+        for name in ("whole", "resumed"):
+            job(home, name, epochs=2, checkpoint_every=4)
+        run(config(home, "whole", record=False), out=lambda _line: None)
+        stopped = run(config(home, "resumed", record=False, max_steps=17), out=lambda _line: None)  # 36 steps/epoch
+        assert stopped.clock.steps == 17 and not stopped.metrics
+        lines: list[str] = []
+        resumed = run(config(home, "resumed", record=False), out=lines.append)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert resumed.resumed_from_step == 17 and resumed.clock.steps == 72
+    assert any("resuming resumed" in line and "at step 17 (epoch 1, 17 batches into it)" in line for line in lines)
+    whole, again = final_weights(home, "whole"), final_weights(home, "resumed")
+    assert whole.keys() == again.keys()
+    assert all(torch.equal(whole[k], again[k]) for k in whole)
+
+
+def test_two_torchrun_processes_train_on_disjoint_halves(home):
+    from ingest.reader import open_reader
+    from ingest.spec import load_spec
+
+    path = job(home, "ddp", epochs=1)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "trainer.train",
+         "--job", str(path), "--home", str(home), "--registry-dir", str(home / "registry"), "--device", "cpu",
+         "--no-record", "--out", str(home / "runs" / "ddp")],
+        capture_output=True, text=True, timeout=600, cwd=REPO, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((home / "runs" / "ddp" / "metrics.json").read_text())
+    spec, registry = load_spec(path, registry_dir=home / "registry")
+    planned = [sum(w.batch_sizes[i] for w in open_reader(spec, registry, warehouse=str(home / "warehouse"), rank=r,
+                                                          world_size=2).dataset.windows()
+                   for i in range(len(w.batch_sizes))) for r in range(2)]  # fmt: skip
+    assert [r["samples"] for r in report["ranks"]] == planned == [9000, 9000]  # half of the 18,000 each
+    assert report["world_size"] == 2 and report["metrics"]["click"]["rows"] == ROWS_PER_DAY
+    assert "eval click: AUC" in done.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; no GPU here")
+def test_training_on_cuda_moves_each_batch_once_and_learns(home):
+    job(home, "cuda", epochs=2)
+    result = run(config(home, "cuda", record=False, device="cuda", workers=2), out=lambda _line: None)
+    assert result.metrics["click"].auc > 0.7
+    assert all(t.device.type == "cuda" for t in final_weights(home, "cuda").values())

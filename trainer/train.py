@@ -1,0 +1,351 @@
+"""``featurehouse train``: DLRM on a job's partitions through the reader, evaluated, checkpointed, stall-accounted.
+
+    featurehouse train --job jobs/ctr_demo.yaml                      # CPU, or CUDA when present
+    torchrun --nproc_per_node 2 -m trainer.train --job jobs/ctr_demo.yaml   # data parallel (gloo / nccl)
+
+It trains on the spec's ``ds`` for ``train.epochs`` and evaluates on ``train.eval_ds``:
+AUC, log loss, normalized entropy and calibration per label type. Every step is timed
+as *waiting* (for the next batch) or *computing* (forward, backward, optimizer; the loss is
+read back after the optimizer step, so on CUDA the clock stops when the device is done), so
+the stall fraction, wait / (wait + compute), says whether the trainer ever waits for data. A checkpoint (model, optimizer, reader position) is written
+every ``train.checkpoint_every`` steps and at each epoch's end; rerunning the same
+command resumes from it exactly (``--restart`` starts over). The run, with its bytes,
+time split and stall fraction, is recorded in ``featurehouse_catalog.feature_usage``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.distributed as torch_dist
+
+from ingest.loader import ResumableLoader
+from ingest.read import IoCounter
+from ingest.reader import open_reader
+from ingest.spec import JobSpec, load_spec
+from ingest.usage import UsageRecord, record_usage
+from schemas.catalog import FEATURE_USAGE, catalog_table_uri
+from schemas.errors import ConfigError, run_command
+from schemas.names import format_ds
+from schemas.paths import default_home
+from trainer.metrics import Metrics, evaluate
+from trainer.model import DLRM, model_shape
+
+Device = Literal["auto", "cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    job: Path
+    home: Path
+    registry_dir: Path | None = None
+    out: Path | None = None  # default: <home>/runs/<job_id>
+    workers: int = 0
+    device: Device = "auto"
+    restart: bool = False
+    max_steps: int | None = None  # stop after this many steps (a checkpoint is written first), as a kill would
+    record: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workers < 0:
+            raise ConfigError(f"--workers {self.workers} must be 0 (read in this process) or more")
+        if self.max_steps is not None and self.max_steps <= 0:
+            raise ConfigError(f"--max-steps {self.max_steps} must be a positive number of steps")
+
+
+@dataclass
+class StepClock:
+    """Where a rank's training time went: waiting for batches vs computing on them."""
+
+    steps: int = 0
+    samples: int = 0
+    wait_s: float = 0.0
+    compute_s: float = 0.0
+
+    @property
+    def stall_fraction(self) -> float:
+        total = self.wait_s + self.compute_s
+        return self.wait_s / total if total else 0.0
+
+    @property
+    def samples_per_s(self) -> float:
+        total = self.wait_s + self.compute_s
+        return self.samples / total if total else 0.0
+
+
+@dataclass
+class TrainResult:
+    job_id: str
+    metrics: dict[str, Metrics]
+    clock: StepClock
+    cost: IoCounter
+    out: Path
+    table_version: int
+    resumed_from_step: int = 0
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+@contextmanager
+def distributed(device: torch.device):
+    """torchrun's process group (gloo on CPU, nccl on CUDA) when WORLD_SIZE > 1; one rank otherwise."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        yield Ranks()
+        return
+    ranks = Ranks(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+    torch_dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=ranks.rank, world_size=world_size)
+    try:
+        yield ranks
+    finally:
+        torch_dist.destroy_process_group()
+
+
+def pick_device(choice: Device) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda: no CUDA device is visible; use --device cpu or auto")
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _optimizer(spec: JobSpec, model: torch.nn.Module) -> torch.optim.Optimizer:
+    kind, lr = spec.train.optimizer, spec.train.learning_rate
+    if kind == "adam":
+        return torch.optim.Adam(model.parameters(), lr=lr)
+    if kind == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr)
+    return torch.optim.Adagrad(model.parameters(), lr=lr)
+
+
+def _checkpoint_path(out: Path, ranks: Ranks) -> Path:
+    return out / f"checkpoint-rank{ranks.rank}-of-{ranks.world_size}.pt"
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Write atomically: a kill mid-write leaves the previous checkpoint."""
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _gather(ranks: Ranks, value: Any) -> list[Any]:
+    if ranks.world_size == 1:
+        return [value]
+    out: list[Any] = [None] * ranks.world_size
+    torch_dist.all_gather_object(out, value)
+    return out
+
+
+def _evaluate(spec: JobSpec, registry, model: DLRM, *, warehouse: str, ranks: Ranks, device: torch.device,
+              workers: int) -> tuple[dict[str, Metrics], IoCounter]:  # fmt: skip
+    eval_spec = spec.model_copy(update={"ds": spec.train.eval_days, "shuffle_buffer": 0, "drop_last": False})
+    reader = open_reader(eval_spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
+    loader = ResumableLoader(reader.dataset, num_workers=workers, pin_memory=device.type == "cuda")
+    predictions, labels = [], []
+    model.eval()
+    with torch.no_grad():
+        for batch in loader:
+            batch = batch.to(device, non_blocking=True)
+            predictions.append(torch.sigmoid(model(batch)).cpu().numpy())
+            labels.append(batch.labels.cpu().numpy())
+    model.train()
+    mine = (np.concatenate(predictions), np.concatenate(labels))
+    gathered = _gather(ranks, mine)
+    p = np.concatenate([g[0] for g in gathered])
+    y = np.concatenate([g[1] for g in gathered])
+    loader.counter.bytes_read += reader.dataset.footer_bytes
+    return {label: evaluate(y[:, i], p[:, i]) for i, label in enumerate(spec.labels)}, loader.counter
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: torch.nn.Module, batch) -> float:
+    """One optimizer step on a batch already on the model's device; returns when the device is done (so the
+    caller's clock measures compute, not queued work) with the loss."""
+    loss = loss_fn(model(batch), batch.labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())  # a device-to-host copy: waits for the step to finish
+
+
+def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResult:
+    spec, registry = load_spec(config.job, registry_dir=config.registry_dir)
+    if spec.train is None:
+        raise ConfigError(f"{spec.source}: no train: section; add e.g. train: {{eval_ds: {{from: ..., to: ...}}, "
+                          "epochs: 3}} to train this job")  # fmt: skip
+    shape = model_shape(spec, registry)
+    device = pick_device(config.device)
+    warehouse = str(config.home / "warehouse")
+    run_dir = config.out or config.home / "runs" / spec.job_id
+    with distributed(device) as ranks:
+        say = out if ranks.main else (lambda _line: None)
+        started_at = dt.datetime.now(dt.UTC)
+        torch.manual_seed(spec.seed)
+        model = DLRM(shape).to(device)
+        optimizer = _optimizer(spec, model)
+        reader = open_reader(spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
+        loader = ResumableLoader(reader.dataset, num_workers=config.workers, pin_memory=device.type == "cuda")
+        clock, history = StepClock(), []
+        run_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint = _checkpoint_path(run_dir, ranks)
+        resumed = 0
+        if checkpoint.exists() and not config.restart:
+            state = torch.load(checkpoint, map_location=device, weights_only=False)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            loader.load_state_dict(state["loader"])
+            clock, history = StepClock(**state["clock"]), state["epochs"]
+            resumed = clock.steps
+            say(f"resuming {spec.job_id} from {checkpoint} at step {clock.steps} (epoch {loader.dataset.epoch + 1}, "
+                f"{loader.delivered} batches into it)")  # fmt: skip
+        trained = torch.nn.parallel.DistributedDataParallel(model) if ranks.world_size > 1 else model
+        say(f"train {spec.job_id}: {len(spec.days)} ds {format_ds(spec.days[0])} .. {format_ds(spec.days[-1])}, "
+            f"{len(shape.dense_keys)} dense + {len(shape.sparse_keys)} sparse features, {len(reader.dataset)} "
+            f"batches of {spec.batch_size} per epoch per rank, {ranks.world_size} rank(s) on {device}")  # fmt: skip
+
+        def save() -> None:
+            save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                         "loader": loader.state_dict(), "clock": vars(clock).copy(),
+                                         "epochs": history})  # fmt: skip
+
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+        every = spec.train.checkpoint_every
+        stopped = False
+        while loader.dataset.epoch < spec.train.epochs and not stopped:
+            epoch, first = StepClock(), clock.steps
+            losses = []
+            batches = iter(loader)
+            while True:
+                waited = time.perf_counter()
+                batch = next(batches, None)
+                if batch is None:
+                    break
+                batch = batch.to(device, non_blocking=True)
+                began = time.perf_counter()
+                if shape.check_ids:
+                    model.check_ids(batch)
+                losses.append(train_step(trained, optimizer, loss_fn, batch))
+                done = time.perf_counter()
+                for c in (clock, epoch):
+                    c.steps, c.samples = c.steps + 1, c.samples + len(batch)
+                    c.wait_s, c.compute_s = c.wait_s + began - waited, c.compute_s + done - began
+                if every and clock.steps % every == 0:
+                    save()
+                if config.max_steps is not None and clock.steps >= config.max_steps:
+                    save()
+                    stopped = True
+                    batches.close()
+                    break
+            if stopped:
+                say(f"stopped after step {clock.steps} (--max-steps); the checkpoint resumes it: {checkpoint}")
+                break
+            summary = {"epoch": loader.dataset.epoch, "steps": clock.steps - first,
+                       "loss": float(np.mean(losses)) if losses else float("nan"),
+                       "samples_per_s": epoch.samples_per_s, "stall_fraction": epoch.stall_fraction}  # fmt: skip
+            history.append(summary)
+            save()
+            say(f"  epoch {summary['epoch']}/{spec.train.epochs}: {summary['steps']} steps, loss {summary['loss']:.4f}, "
+                f"{epoch.samples_per_s:,.0f} samples/s, stall {epoch.stall_fraction:.1%} (waited {epoch.wait_s:.2f}s, "
+                f"computed {epoch.compute_s:.2f}s)")  # fmt: skip
+        cost = IoCounter()
+        cost.merge(loader.counter)
+        cost.bytes_read += reader.dataset.footer_bytes
+        metrics: dict[str, Metrics] = {}
+        if not stopped:
+            metrics, eval_cost = _evaluate(spec, registry, model, warehouse=warehouse, ranks=ranks, device=device,
+                                           workers=config.workers)  # fmt: skip
+            cost.merge(eval_cost)
+        result = TrainResult(spec.job_id, metrics, clock, cost, run_dir, reader.snapshot.version, resumed, history)
+        _report(result, spec, ranks, started_at=started_at, config=config, warehouse=warehouse, say=say)
+        return result
+
+
+def _report(result: TrainResult, spec: JobSpec, ranks: Ranks, *, started_at: dt.datetime, config: TrainConfig,
+            warehouse: str, say: Callable[[str], None]) -> None:  # fmt: skip
+    """Add up every rank's reads, print the summary, write metrics.json and the usage record (rank 0)."""
+    costs = _gather(ranks, (result.cost, vars(result.clock)))
+    total, clock = IoCounter(), StepClock()
+    for cost, rank_clock in costs:
+        total.merge(cost)
+        clock.steps, clock.samples = clock.steps + rank_clock["steps"], clock.samples + rank_clock["samples"]
+        clock.wait_s += rank_clock["wait_s"] / ranks.world_size  # per-rank means
+        clock.compute_s += rank_clock["compute_s"] / ranks.world_size
+    if not ranks.main or not result.metrics:
+        return
+    for label, m in result.metrics.items():
+        say(f"  eval {label}: AUC {m.auc:.4f}, log loss {m.log_loss:.4f}, NE {m.normalized_entropy:.4f}, "
+            f"calibration {m.calibration:.3f} ({m.rows:,} rows, {m.positives:,} positives)")  # fmt: skip
+    say(f"  trained {clock.samples:,} samples in {clock.steps:,} steps: {clock.samples_per_s * ranks.world_size:,.0f} "
+        f"samples/s, stall {clock.stall_fraction:.1%}; read {total.bytes_read:,} bytes, all columns of the same "
+        f"rows: {total.bytes_all_columns:,}")  # fmt: skip
+    (result.out / "metrics.json").write_text(json.dumps({
+        "job_id": spec.job_id, "metrics": {k: m.as_dict() for k, m in result.metrics.items()},
+        "samples": clock.samples, "steps": clock.steps, "samples_per_s": clock.samples_per_s * ranks.world_size,
+        "stall_fraction": clock.stall_fraction, "bytes_read": total.bytes_read, "epochs": result.epochs,
+        "world_size": ranks.world_size,
+        "ranks": [{"rank": r, "steps": c["steps"], "samples": c["samples"]} for r, (_cost, c) in enumerate(costs)],
+    }, indent=2))  # fmt: skip
+    if config.record:
+        days = sorted({*spec.days, *spec.train.eval_days})
+        usage = UsageRecord(
+            job_id=spec.job_id, dataset=spec.dataset, ds_from=format_ds(days[0]), ds_to=format_ds(days[-1]),
+            features=spec.feature_names, bytes_read=total.bytes_read, rows_read=total.rows, table_version=result.table_version,
+            started_at=started_at, ended_at=dt.datetime.now(dt.UTC), cost=total, compute_s=clock.compute_s,
+            samples_per_s=clock.samples_per_s * ranks.world_size, stall_fraction=clock.stall_fraction,
+        )  # fmt: skip
+        version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
+        say(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    parser = argparse.ArgumentParser(
+        prog="featurehouse train",
+        description="Train the job spec's DLRM on its ds through the reader, evaluate on train.eval_ds, print AUC, "
+        "NE, samples/s and the stall fraction, and record the run in featurehouse_catalog.feature_usage. "
+        "Run under torchrun for data parallel training.",
+    )
+    parser.add_argument("--job", type=Path, required=True, help="the job spec YAML, with model: and train: sections")
+    parser.add_argument("--home", type=Path, default=None,
+                        help="data folder holding warehouse/ (default: $FEATUREHOUSE_HOME or ./data)")  # fmt: skip
+    parser.add_argument("--registry-dir", type=Path, default=None, help="folder of registry files")
+    parser.add_argument("--out", type=Path, default=None, help="checkpoints and metrics.json (default: HOME/runs/JOB)")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank (default 0)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="auto: CUDA when present, else the CPU")  # fmt: skip
+    parser.add_argument("--restart", action="store_true", help="ignore an existing checkpoint and start over")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="stop after N steps, leaving a checkpoint the next run resumes")  # fmt: skip
+    parser.add_argument("--no-record", action="store_true", help="do not record the run in feature_usage")
+    ns = parser.parse_args(argv)
+    return TrainConfig(job=ns.job, home=(ns.home or default_home()).resolve(), registry_dir=ns.registry_dir,
+                       out=ns.out, workers=ns.workers, device=ns.device, restart=ns.restart, max_steps=ns.max_steps,
+                       record=not ns.no_record)  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(lambda: run(parse_args(argv)) and None)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
