@@ -9,8 +9,9 @@ from schemas.errors import ConfigError, InvalidNameError
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 NAME_RULE = "lowercase letters, digits and '_', starting with a letter, at most 63 characters"
-JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,199}$")
-JOB_ID_RULE = "1-200 letters, digits and _ . : / -, starting with a letter or digit (e.g. ctr-model-v3)"
+# No '/': a job id names its folder of checkpoints (<home>/runs/<job_id>), so it must stay one path component.
+JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+JOB_ID_RULE = "1-200 letters, digits and _ . : -, starting with a letter or digit (e.g. ctr-model-v3)"
 
 
 def valid_job_id(value: object) -> bool:

@@ -2,6 +2,12 @@
 
     featurehouse sql "SELECT ds, count(*) FROM featurehouse.ads GROUP BY ds ORDER BY ds"
     featurehouse sql --format json "SHOW TABLES IN featurehouse"
+    featurehouse sql --allow-write "ALTER TABLE featurehouse.ads SET TBLPROPERTIES ('owner' = 'ads')"
+
+Read-only unless ``--allow-write``: the statement is parsed (not run) first, and only a
+query (SELECT, WITH, VALUES, TABLE) with no write inside it, or a SHOW, DESCRIBE or
+EXPLAIN, runs. Anything else (INSERT, CREATE, ALTER, DROP, DELETE, UPDATE, MERGE,
+RESTORE, OPTIMIZE, VACUUM, CACHE, SET, USE, ...) is refused, naming what it is.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ class SqlConfig:
     home: Path
     output: OutputFormat = OutputFormat.TABLE
     limit: int = 1000
+    allow_write: bool = False
     registry_dir: Path | None = None
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
@@ -95,8 +102,42 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, trunc
     return "\n".join(out)
 
 
+_READ_ONLY_COMMANDS = ("Show", "Describe", "Explain")
+
+
+def write_in(spark: SparkSession, statement: str) -> str | None:
+    """What in ``statement`` would change a table or the session (a plan node's name), or None for a read.
+
+    The statement is only parsed. A parsed plan that is a Spark ``Command`` is read-only
+    when it is a SHOW, DESCRIBE or EXPLAIN; any other plan is a query, unless some node
+    in it is an INSERT or a not-yet-resolved statement (Spark parses ``INSERT``, also
+    inside ``WITH``, and Delta's ``RESTORE`` into such nodes).
+    """
+    parser = spark._jsparkSession.sessionState().sqlParser()
+    try:
+        plan = parser.parsePlan(statement)
+    except Exception as err:  # py4j wraps Spark's ParseException
+        raise FeaturehouseError(f"Spark SQL refused the statement: {first_line(err)}") from err
+    command = spark._jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
+    root = plan.nodeName()
+    if command.isInstance(plan):
+        return None if root.startswith(_READ_ONLY_COMMANDS) else root
+    for line in plan.treeString().splitlines():
+        name = line.lstrip(" :+-'").split(" ", 1)[0].lstrip("'")
+        if name.startswith("InsertInto") or name.endswith("Statement"):
+            return name
+    return None
+
+
 def run(spark: SparkSession, config: SqlConfig) -> SqlResult:
-    """Run one statement; return at most ``config.limit`` rows."""
+    """Run one statement; return at most ``config.limit`` rows. Refuse writes unless ``config.allow_write``."""
+    if not config.allow_write:
+        write = write_in(spark, config.statement)
+        if write is not None:
+            raise ConfigError(
+                f"featurehouse sql is read-only and this statement is a write ({write}); pass --allow-write to run "
+                "statements that change tables or the session"
+            )
     try:
         frame = spark.sql(config.statement)
     except Exception as err:  # pyspark raises its own AnalysisException/ParseException types
@@ -119,11 +160,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="table (default) or json: a JSON array of row objects, for scripts",
     )
     parser.add_argument("--limit", type=int, default=1000, help="print at most this many rows (default 1000)")
+    parser.add_argument("--allow-write", action="store_true",
+                        help="also run statements that change tables or the session (INSERT, ALTER, DROP, SET, ...)")  # fmt: skip
     add_common_arguments(parser)
 
 
 def config_from_args(ns: argparse.Namespace) -> SqlConfig:
-    return SqlConfig(statement=ns.statement, output=OutputFormat(ns.output), limit=ns.limit, **common_settings(ns))
+    return SqlConfig(statement=ns.statement, output=OutputFormat(ns.output), limit=ns.limit,
+                     allow_write=ns.allow_write, **common_settings(ns))  # fmt: skip
 
 
 def parse_args(argv: Sequence[str] | None = None) -> SqlConfig:

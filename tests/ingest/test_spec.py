@@ -53,6 +53,7 @@ def test_a_valid_spec_loads_with_its_days_and_features(tmp_path):
         ("batch_size: 512", "batch_size: 0", r"batch_size: Input should be greater than 0"),
         ("batch_size: 512", "batch_sise: 512", r"batch_sise: Extra inputs are not permitted"),
         ("job_id: ctr-model-v3", "job_id: 'ctr model'", r"job_id 'ctr model' is not allowed"),
+        ("job_id: ctr-model-v3", "job_id: 'a/../../etc'", r"job_id 'a/\.\./\.\./etc' is not allowed"),  # a path
         ("dataset: ads", "dataset: adz", r"no registry for dataset 'adz'.*known datasets: ads"),
     ],
 )  # fmt: skip

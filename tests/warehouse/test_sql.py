@@ -55,3 +55,52 @@ def test_sql_errors_are_one_line(spark, spark_home, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: Spark SQL refused the statement: [TABLE_OR_VIEW_NOT_FOUND]")
     assert len(err.splitlines()) == 1
+
+
+READS = [
+    "SELECT 1", "WITH a AS (SELECT 1 AS x) SELECT * FROM a", "VALUES (1)", "SHOW TABLES IN featurehouse",
+    "DESCRIBE TABLE featurehouse_catalog.features", "EXPLAIN SELECT 1", "DESCRIBE HISTORY featurehouse_catalog.features",
+]
+WRITES = {
+    "INSERT INTO t VALUES (1)": "InsertIntoStatement",
+    "WITH a AS (SELECT 1) INSERT INTO t SELECT * FROM a": "InsertIntoStatement",
+    "INSERT OVERWRITE DIRECTORY '/tmp/x' SELECT 1": "InsertIntoDir",
+    "CREATE TABLE t (a INT) USING delta": "CreateTable",
+    "CREATE TABLE t2 AS SELECT 1": "CreateTableAsSelect",
+    "a; DROP TABLE b": None,  # not even one statement: a parse error, nothing runs
+    "DROP TABLE featurehouse_catalog.features": "DropTable",
+    "DELETE FROM t WHERE a = 1": "DeleteFromTable",
+    "UPDATE t SET a = 2": "UpdateTable",
+    "MERGE INTO t USING s ON t.a = s.a WHEN MATCHED THEN DELETE": "MergeIntoTable",
+    "ALTER TABLE t ADD COLUMNS (b INT)": "AddColumns",
+    "RESTORE TABLE t TO VERSION AS OF 1": "RestoreTableStatement",
+    "VACUUM t": "VacuumTableCommand",
+    "SET spark.sql.ansi.enabled=false": "SetCommand",
+}
+
+
+def test_reads_pass_the_read_only_check_and_writes_are_named(spark):
+    from warehouse.sql import write_in
+
+    assert [write_in(spark, s) for s in READS] == [None] * len(READS)
+    for statement, node in WRITES.items():
+        if node is None:
+            with pytest.raises(Exception, match="Spark SQL refused the statement"):
+                write_in(spark, statement)
+        else:
+            assert write_in(spark, statement) == node, statement
+
+
+def test_a_write_through_featurehouse_sql_is_refused_without_the_flag(spark, spark_home, capsys):
+    from warehouse.catalog import ensure_catalog
+
+    ensure_catalog(spark)
+    table = "featurehouse_catalog.features"
+    before = spark.sql(f"DESCRIBE HISTORY {table}").count()
+    statement = f"ALTER TABLE {table} SET TBLPROPERTIES ('featurehouse.test' = 'x')"
+    assert cli.main(["sql", "--home", str(spark_home), statement]) == 2
+    assert "error: featurehouse sql is read-only and this statement is a write (SetTableProperties); pass " \
+           "--allow-write" in capsys.readouterr().err
+    assert spark.sql(f"DESCRIBE HISTORY {table}").count() == before  # nothing committed
+    assert cli.main(["sql", "--home", str(spark_home), "--allow-write", statement]) == 0
+    assert spark.sql(f"DESCRIBE HISTORY {table}").count() == before + 1
