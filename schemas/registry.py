@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from schemas.errors import RegistryError
 from schemas.names import NAME_PATTERN, NAME_RULE
+from schemas.quality import DatasetQuality, FeatureQuality
 
 DEFAULT_REGISTRY_DIR = Path(__file__).resolve().parent / "datasets"
 
@@ -140,6 +141,8 @@ class Feature(_Frozen):
     #: A Spark SQL expression over the table's key and feature columns (never its labels): the feature is
     #: computed on write, not logged, and ``featurehouse backfill`` fills it into past partitions.
     derived: str | None = Field(default=None, min_length=1)
+    #: What a published partition must satisfy for this feature (``schemas/quality.py``).
+    quality: FeatureQuality = FeatureQuality()
 
     @field_validator("name", "renamed_from")
     @classmethod
@@ -168,6 +171,10 @@ class Feature(_Frozen):
             raise ValueError(f"default {self.default!r} of a {self.kind.value} feature must be a list of ids, e.g. []")
         if self.renamed_from == self.name:
             raise ValueError(f"renamed_from {self.renamed_from!r} is the feature's own name; remove renamed_from")
+        if self.quality.range is not None and self.kind is not Kind.DENSE:
+            raise ValueError(f"quality.range is for dense features; {self.kind.value} features take quality.max_length")
+        if self.quality.max_length is not None and self.kind is Kind.DENSE:
+            raise ValueError("quality.max_length is for sparse features; dense features take quality.range")
         return self
 
     @property
@@ -234,6 +241,7 @@ class DatasetRegistry(_Frozen):
     owner: str = ""
     labels: tuple[LabelSpec, ...] = Field(min_length=1)
     features: tuple[Feature, ...] = Field(min_length=1)
+    quality: DatasetQuality = DatasetQuality()
     source: str = "<memory>"
 
     @cached_property

@@ -1,0 +1,209 @@
+"""The quality gate's checks: a Great Expectations suite generated from the registry, run on a partition.
+
+    history = trailing_history(spark, "featurehouse.ads", registry, ds)   # the published days before ds
+    report = validate(frame, registry, ds, history)                     # a Spark DataFrame of one partition
+    report.success, report.summary_lines(), report.as_json()
+
+The suite (Great Expectations 1.x, built in code, one per dataset and ds) checks:
+
+* keys: ``impression_id`` non-null and unique;
+* labels: every ``label_*`` in {0, 1}, and its positive rate within ``positive_rate_tolerance``
+  of the mean rate of the last ``history_days`` published partitions;
+* rows: at least ``min_rows`` and within ``row_count_tolerance`` of the history's mean;
+* features filled on ds (added by then, not deprecated): coverage (non-null share) at least ``min_coverage`` (the feature's or
+  the dataset's), dense values within a declared ``range``, sparse lists no longer than a
+  declared ``max_length`` (checked on a ``size()`` column added to the validated frame only).
+
+Without history (the first partitions) the row and rate bounds are skipped, and the report says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from schemas.names import format_ds
+from schemas.registry import KEY_COLUMNS, DatasetRegistry, Kind
+
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+LENGTH_PREFIX = "__length_of_"
+
+
+@dataclass(frozen=True)
+class History:
+    """The published partitions before a ds: their mean row count and each label's mean positive rate."""
+
+    days: tuple[str, ...] = ()
+    rows: float | None = None
+    rates: dict[str, float] = field(default_factory=dict)  # label column -> rate
+
+
+def trailing_history(spark: SparkSession, table: str, registry: DatasetRegistry, ds: dt.date) -> History:
+    """Row counts and label rates of ``table``'s partitions in the ``history_days`` before ``ds`` (labels only read)."""
+    if not spark.catalog.tableExists(table):
+        return History()
+    start = ds - dt.timedelta(days=registry.quality.history_days)
+    from pyspark.sql import functions as F
+
+    columns = [label.column for label in registry.labels]
+    rows = (
+        spark.table(table)
+        .where((F.col("ds") >= format_ds(start)) & (F.col("ds") < format_ds(ds)))
+        .groupBy("ds")
+        .agg(F.count(F.lit(1)).alias("rows"), *(F.avg(c).alias(c) for c in columns))
+        .collect()
+    )
+    if not rows:
+        return History()
+    return History(
+        days=tuple(sorted(r["ds"] for r in rows)),
+        rows=sum(r["rows"] for r in rows) / len(rows),
+        rates={c: sum(float(r[c] or 0.0) for r in rows) / len(rows) for c in columns},
+    )
+
+
+def _between(mean: float, tolerance: float) -> tuple[float, float]:
+    return mean * (1 - tolerance), mean * (1 + tolerance)
+
+
+def expectations(registry: DatasetRegistry, ds: dt.date, history: History) -> list[Any]:
+    """The Great Expectations expectations a partition ``ds`` of ``registry``'s dataset must meet."""
+    import great_expectations as gx
+
+    e = gx.expectations
+    q = registry.quality
+    why = lambda text: {"why": text}  # noqa: E731
+    key = KEY_COLUMNS[0]
+    out = [
+        e.ExpectColumnValuesToNotBeNull(column=key, meta=why("every row has its key")),
+        e.ExpectColumnValuesToBeUnique(column=key, meta=why("no impression twice")),
+    ]
+    for label in registry.labels:
+        out.append(e.ExpectColumnValuesToBeInSet(column=label.column, value_set=[0, 1], meta=why("labels are 0 or 1")))
+        if label.column in history.rates:
+            lo, hi = _between(history.rates[label.column], q.positive_rate_tolerance)
+            out.append(e.ExpectColumnMeanToBeBetween(
+                column=label.column, min_value=lo, max_value=hi,
+                meta=why(f"positive rate within {q.positive_rate_tolerance:.0%} of the last {len(history.days)} "
+                         f"partitions' {history.rates[label.column]:.5f}"),
+            ))  # fmt: skip
+    if history.rows is not None:
+        lo, hi = _between(history.rows, q.row_count_tolerance)
+        out.append(e.ExpectTableRowCountToBeBetween(
+            min_value=max(q.min_rows, int(lo)), max_value=int(hi) + 1,
+            meta=why(f"rows within {q.row_count_tolerance:.0%} of the last {len(history.days)} partitions' "
+                     f"{history.rows:,.0f}"),
+        ))  # fmt: skip
+    else:
+        out.append(e.ExpectTableRowCountToBeBetween(min_value=q.min_rows, meta=why("at least min_rows rows")))
+    for feature in registry.stored_features:
+        added = feature.lifecycle.added_ds
+        if not feature.populated_on(ds) or (added is not None and added > ds):
+            continue  # not filled on ds: added later, or deprecated by then
+        fq = feature.quality
+        coverage = fq.min_coverage if fq.min_coverage is not None else q.min_coverage
+        if coverage > 0:
+            out.append(e.ExpectColumnValuesToNotBeNull(column=feature.name, mostly=coverage,
+                                                       meta=why(f"coverage at least {coverage:.0%}")))  # fmt: skip
+        if fq.range is not None:
+            out.append(e.ExpectColumnValuesToBeBetween(column=feature.name, min_value=fq.range[0],
+                                                       max_value=fq.range[1], meta=why("declared range")))  # fmt: skip
+        if fq.max_length is not None and feature.kind is not Kind.DENSE:
+            out.append(e.ExpectColumnMaxToBeBetween(column=LENGTH_PREFIX + feature.name, max_value=fq.max_length,
+                                                    meta=why(f"lists of {feature.name} at most {fq.max_length} long")))  # fmt: skip
+    return out
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation's outcome, readable."""
+
+    expectation: str
+    column: str | None
+    success: bool
+    why: str
+    observed: str
+
+    def line(self) -> str:
+        verdict = "passed" if self.success else "FAILED"
+        column = f" {self.column}" if self.column else ""
+        return f"{verdict} {self.expectation}{column} ({self.why}): {self.observed}"
+
+
+def _observed(result: dict[str, Any]) -> str:
+    if "observed_value" in result:
+        return f"observed {result['observed_value']!r}"
+    if "unexpected_count" in result:
+        sample = result.get("partial_unexpected_list") or []
+        shown = f", e.g. {sample[:3]!r}" if sample else ""
+        total, missing = result.get("element_count", 0), result.get("missing_count") or 0
+        of = f"{total:,} rows" if not missing else f"{total - missing:,} non-null values"  # nulls are not checked
+        return f"{result['unexpected_count']:,} of {of} unexpected ({result.get('unexpected_percent', 0.0):.2f}%){shown}"
+    return "no detail"
+
+
+@dataclass(frozen=True)
+class QualityReport:
+    dataset: str
+    ds: str
+    success: bool
+    checks: tuple[Check, ...]
+    history_days: tuple[str, ...]
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)  # Great Expectations' own result, as JSON
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.success)
+
+    def summary_lines(self) -> list[str]:
+        """One line per failed expectation (none when all passed), then the count."""
+        lines = [c.line() for c in self.failures]
+        history = f"history {self.history_days[0]} .. {self.history_days[-1]}" if self.history_days else "no history"
+        lines.append(f"{self.dataset} ds={self.ds}: {len(self.checks) - len(self.failures)} of {len(self.checks)} "
+                     f"expectations passed ({history})")  # fmt: skip
+        return lines
+
+    def as_json(self) -> str:
+        return json.dumps({
+            "dataset": self.dataset, "ds": self.ds, "success": self.success, "history_days": list(self.history_days),
+            "checks": [vars(c) for c in self.checks], "great_expectations": self.raw,
+        }, indent=2, default=str)  # fmt: skip
+
+
+def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: History) -> QualityReport:
+    """Run the generated suite on ``frame`` (one partition of ``registry``'s dataset) with Great Expectations."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from pyspark.sql import functions as F
+
+    context = gx.get_context(mode="ephemeral")  # before the suite: Great Expectations binds suites to it
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    suite = gx.ExpectationSuite(name=f"{registry.dataset}_{format_ds(ds)}")
+    for expectation in expectations(registry, ds, history):
+        suite.add_expectation(expectation)
+    lengths = [F.size(F.col(c.removeprefix(LENGTH_PREFIX))).alias(c) for c in
+               (e.column for e in suite.expectations if (getattr(e, "column", None) or "").startswith(LENGTH_PREFIX))]  # fmt: skip
+    checked = frame.select("*", *lengths).cache()
+    try:
+        asset = context.data_sources.add_spark(name="featurehouse").add_dataframe_asset(name=registry.dataset)
+        batch = asset.add_batch_definition_whole_dataframe("partition").get_batch(batch_parameters={"dataframe": checked})
+        result = batch.validate(suite)
+    finally:
+        checked.unpersist()
+    checks = tuple(
+        Check(
+            expectation=r.expectation_config.type,
+            column=r.expectation_config.kwargs.get("column"),
+            success=bool(r.success),
+            why=(r.expectation_config.meta or {}).get("why", ""),
+            observed=_observed(r.result or {}),
+        )
+        for r in result.results
+    )
+    return QualityReport(registry.dataset, format_ds(ds), bool(result.success), checks, history.days,
+                         result.to_json_dict())  # fmt: skip
