@@ -94,18 +94,23 @@ def job_columns(reg, fraction: float) -> tuple[list[str], list[str]]:
     return dense[:: len(dense) // k_dense][:k_dense], sparse[:: len(sparse) // k_sparse][:k_sparse]
 
 
-def run_reader(path: Path, reg, dense: list[str], sparse: list[str], batch: int, *, workers: int) -> dict:
-    """The reader as a trainer uses it: ResumableLoader over the snapshot, transforms, torch Batches."""
-    started = time.perf_counter()  # every peer's time includes opening the snapshot (imports are warm)
+def bench_dataset(path: Path, reg, dense: list[str], sparse: list[str], batch: int, *, buckets: int) -> SnapshotDataset:
+    """The bench job over the table at ``path``: dense clamp + log1p, sparse hash + truncate, a 4-batch shuffle."""
     snapshot = open_snapshot(str(path), [dt.date.fromisoformat(d) for d in DAYS])
     converter = Converter(
         dense=tuple((n, parse_transforms(reg.by_name[n], [{"clamp": [0, 100]}, "log1p"], source="bench")) for n in dense),
-        sparse=tuple((n, parse_transforms(reg.by_name[n], [{"hash": 1_000_000}, {"truncate": PAD}], source="bench"))
+        sparse=tuple((n, parse_transforms(reg.by_name[n], [{"hash": buckets}, {"truncate": PAD}], source="bench"))
                      for n in sparse),  # fmt: skip
         labels=(("click", "label_click"),),
     )
-    dataset = SnapshotDataset(snapshot, reg, [*dense, *sparse, "label_click"], batch_size=batch,
-                              shuffle_buffer=4 * batch, seed=1, convert=converter)  # fmt: skip
+    return SnapshotDataset(snapshot, reg, [*dense, *sparse, "label_click"], batch_size=batch,
+                           shuffle_buffer=4 * batch, seed=1, convert=converter)  # fmt: skip
+
+
+def run_reader(path: Path, reg, dense: list[str], sparse: list[str], batch: int, *, workers: int) -> dict:
+    """The reader as a trainer uses it: ResumableLoader over the snapshot, transforms, torch Batches."""
+    started = time.perf_counter()  # every peer's time includes opening the snapshot (imports are warm)
+    dataset = bench_dataset(path, reg, dense, sparse, batch, buckets=1_000_000)
     loader = ResumableLoader(dataset, num_workers=workers)  # workers are forked: nothing to re-import
     rows = sum(len(b) for b in loader)
     seconds = time.perf_counter() - started

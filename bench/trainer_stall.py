@@ -14,7 +14,6 @@ the ceiling.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import sys
 import time
@@ -26,28 +25,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from reader import DAYS, PAD, build_table, job_columns, registry  # noqa: E402
+from reader import bench_dataset, build_table, job_columns, registry  # noqa: E402
 
 from ingest.loader import ResumableLoader, SnapshotDataset  # noqa: E402
-from ingest.reader import Converter  # noqa: E402
-from ingest.snapshot import open_snapshot  # noqa: E402
-from ingest.transforms import parse_transforms  # noqa: E402
 from trainer.model import DLRM, ModelShape  # noqa: E402
 from trainer.train import pick_device, train_step  # noqa: E402
 
 BUCKETS = 100_000
-
-
-def dataset(path: Path, reg, dense: list[str], sparse: list[str], batch_size: int) -> SnapshotDataset:
-    snapshot = open_snapshot(str(path), [dt.date.fromisoformat(d) for d in DAYS])
-    converter = Converter(
-        dense=tuple((n, parse_transforms(reg.by_name[n], [{"clamp": [0, 100]}, "log1p"], source="bench")) for n in dense),
-        sparse=tuple((n, parse_transforms(reg.by_name[n], [{"hash": BUCKETS}, {"truncate": PAD}], source="bench"))
-                     for n in sparse),  # fmt: skip
-        labels=(("click", "label_click"),),
-    )
-    return SnapshotDataset(snapshot, reg, [*dense, *sparse, "label_click"], batch_size=batch_size,
-                           shuffle_buffer=4 * batch_size, seed=1, convert=converter)  # fmt: skip
 
 
 def train(batches, shape: ModelShape, device: torch.device, steps: int) -> dict:
@@ -93,12 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     build_table(path, rows=ns.rows, dense=100, sparse=20, mean_length=10, codec=ns.codec)
     shape = ModelShape(tuple(dense), tuple(sparse), (BUCKETS,) * len(sparse), ("click",), ns.embedding_dim,
                        (512, 256), (512, 256))  # fmt: skip
-    data = dataset(path, reg, dense, sparse, ns.batch_size)
+    data = bench_dataset(path, reg, dense, sparse, ns.batch_size, buckets=BUCKETS)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"{ns.steps} steps of batch {ns.batch_size} on {device} ({name}), DLRM dim {ns.embedding_dim}, "
           f"{len(dense)} dense + {len(sparse)} sparse features of a {ns.rows:,}-row table ({ns.codec})")  # fmt: skip
     pin = device.type == "cuda"
     memory = [b.to(device) for b in itertools.islice(from_reader(data, 0, pin), 16)]
+    train(itertools.cycle(memory), shape, device, 3)  # warm-up (allocator, kernels), not counted
     ceiling = train(itertools.cycle(memory), shape, device, ns.steps)
     runs = {f"reader, {w} workers": train(from_reader(data, int(w), pin), shape, device, ns.steps)
             for w in ns.workers.split(",")}  # fmt: skip
