@@ -12,6 +12,7 @@ manager jobs use.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -134,6 +135,36 @@ def quiet_query_context_logs() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
+def check_metastore_free(home: Path, confs: Mapping[str, str]) -> None:
+    """Refuse, clearly, to start a second JVM on an embedded Derby metastore another JVM holds.
+
+    Derby admits one JVM per database and holds an OS file lock on ``metastore_db/dbex.lck``
+    while booted; without this check the second JVM fails deep in Hive with a long Java trace.
+    A metastore configured elsewhere (another ConnectionURL) is not checked.
+    """
+    if confs.get("spark.hadoop.javax.jdo.option.ConnectionURL") != embedded_confs(home)[
+        "spark.hadoop.javax.jdo.option.ConnectionURL"
+    ]:
+        return
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:  # a JVM of this process may hold the lock: locks are per process, and
+        return  # closing the file here would release it; a second session in one JVM is Spark's own business
+    lock = Path(home).resolve() / "metastore_db" / "dbex.lck"
+    if not lock.exists():
+        return
+    with lock.open("rb+") as handle:
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            raise ConfigError(
+                f"the embedded metastore {lock.parent} is in use by another Spark application: embedded Derby admits "
+                "one JVM at a time; wait for that job to finish, give this one its own --home, or point every job "
+                "at a shared metastore (--conf spark.hadoop.javax.jdo.option.ConnectionURL=..., see the README)"
+            ) from err
+        fcntl.lockf(handle, fcntl.LOCK_UN)
+
+
 @contextmanager
 def spark_session(
     home: Path | None = None, *, conf: Mapping[str, str] | None = None, log_level: str = "ERROR"
@@ -154,7 +185,9 @@ def spark_session(
         return
     home = Path(home) if home is not None else default_home()
     home.mkdir(parents=True, exist_ok=True)
-    spark = configure_builder(SparkSession.builder, session_confs(home, conf)).getOrCreate()
+    confs = session_confs(home, conf)
+    check_metastore_free(home, confs)
+    spark = configure_builder(SparkSession.builder, confs).getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     try:
         yield spark
