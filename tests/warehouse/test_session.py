@@ -1,4 +1,7 @@
-"""The embedded Derby metastore admits one JVM: a second one is refused with a clear message, not a Java trace."""
+"""The embedded Derby metastore admits one JVM: a second one is refused with a clear message, not a Java trace.
+
+The checks run in fresh processes, as a user's second command would: the test process has a JVM of its own,
+and the check stands aside in a process that has one (Derby's lock would be its own)."""
 
 from __future__ import annotations
 
@@ -11,9 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from schemas.errors import ConfigError
-from warehouse.session import check_metastore_free, session_confs
-
 REPO = Path(__file__).resolve().parents[2]
 HOLD = """
 import sys, time
@@ -24,6 +24,18 @@ with spark_session(Path(sys.argv[1])) as spark:
     print("holding", flush=True)
     time.sleep(300)
 """
+CHECK = """
+import sys
+from pathlib import Path
+from warehouse.session import check_metastore_free, session_confs
+home = Path(sys.argv[1])
+check_metastore_free(home, session_confs(home, dict(a.split("=", 1) for a in sys.argv[2:])))
+"""
+
+
+def check(home: Path, *conf: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CHECK, str(home), *conf], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -33,19 +45,22 @@ def test_a_metastore_held_by_another_jvm_is_refused_naming_the_fixes(tmp_path):
                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "holding"
-        with pytest.raises(ConfigError, match=r"the embedded metastore .*metastore_db is in use by another Spark "
-                                              r"application: embedded Derby admits one JVM at a time; wait for"):
-            check_metastore_free(home, session_confs(home))
-        other = {"spark.hadoop.javax.jdo.option.ConnectionURL": "jdbc:postgresql://db/metastore"}
-        check_metastore_free(home, session_confs(home, other))  # a shared metastore is not Derby's business
+        refused = subprocess.run([sys.executable, "-m", "featurehouse.cli", "sql", "--home", str(home), "SELECT 1"],
+                                 cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert refused.returncode == 2
+        assert refused.stderr.strip().splitlines() == [
+            f"error: the embedded metastore {home / 'metastore_db'} is in use by another Spark application: embedded "
+            "Derby admits one JVM at a time; wait for that job to finish, give this one its own --home, or point "
+            "every job at a shared metastore (--conf spark.hadoop.javax.jdo.option.ConnectionURL=..., see the README)"
+        ]
+        shared = check(home, "spark.hadoop.javax.jdo.option.ConnectionURL=jdbc:postgresql://db/metastore")
+        assert shared.returncode == 0, shared.stderr  # a shared metastore is not Derby's business
     finally:
         os.killpg(holder.pid, signal.SIGKILL)  # the Python process and its JVM
         holder.wait()
-    for _ in range(50):  # the lock goes with its JVM, once the kernel has reaped it
-        try:
-            check_metastore_free(home, session_confs(home))
+    for _ in range(20):  # the lock goes with its JVM, once the kernel has reaped it
+        if check(home).returncode == 0:
             break
-        except ConfigError:
-            time.sleep(0.2)
+        time.sleep(0.5)
     else:
         pytest.fail("the metastore lock outlived the JVM that held it")
