@@ -11,7 +11,8 @@ Per feature (``quality:`` next to its kind and dtype)::
 
 Per dataset (``quality:`` at the top of the registry file), overriding the defaults below::
 
-    quality: {min_coverage: 0.5, history_days: 7, row_count_tolerance: 0.5, positive_rate_tolerance: 0.5}
+    quality: {min_coverage: 0.5, history_days: 7, row_count_tolerance: 0.5, positive_rate_tolerance: 0.5,
+              min_expected_positives: 30}
 
 ``warehouse/quality.py`` turns these into a Great Expectations suite.
 """
@@ -41,5 +42,6 @@ class DatasetQuality(_Frozen):
     min_coverage: float = Field(default=0.0, ge=0, le=1)  # for every populated feature without its own
     history_days: int = Field(default=7, gt=0)  # the published partitions before ds that bound the next one
     row_count_tolerance: float = Field(default=0.5, ge=0)  # rows within mean x [1 - t, 1 + t] of the history
-    positive_rate_tolerance: float = Field(default=0.5, ge=0)  # each label's rate likewise
+    positive_rate_tolerance: float = Field(default=0.5, ge=0)  # each label's rate likewise, when the history
+    min_expected_positives: int = Field(default=30, ge=0)  # expects this many positives: fewer are Poisson noise
     min_rows: int = Field(default=1, ge=0)

@@ -8,7 +8,8 @@ The suite (Great Expectations 1.x, built in code, one per dataset and ds) checks
 
 * keys: ``impression_id`` non-null and unique;
 * labels: every ``label_*`` in {0, 1}, and its positive rate within ``positive_rate_tolerance``
-  of the mean rate of the last ``history_days`` published partitions;
+  of the mean rate of the last ``history_days`` published partitions, where those partitions
+  average at least ``min_expected_positives`` positives (below that the rate is noise);
 * rows: at least ``min_rows`` and within ``row_count_tolerance`` of the history's mean;
 * features filled on ds (added by then, not deprecated): coverage (non-null share) at least ``min_coverage`` (the feature's or
   the dataset's), dense values within a declared ``range``, sparse lists no longer than a
@@ -85,12 +86,13 @@ def expectations(registry: DatasetRegistry, ds: dt.date, history: History) -> li
     ]
     for label in registry.labels:
         out.append(e.ExpectColumnValuesToBeInSet(column=label.column, value_set=[0, 1], meta=why("labels are 0 or 1")))
-        if label.column in history.rates:
-            lo, hi = _between(history.rates[label.column], q.positive_rate_tolerance)
+        rate = history.rates.get(label.column)
+        if rate is not None and history.rows is not None and rate * history.rows >= q.min_expected_positives:
+            lo, hi = _between(rate, q.positive_rate_tolerance)
             out.append(e.ExpectColumnMeanToBeBetween(
                 column=label.column, min_value=lo, max_value=hi,
                 meta=why(f"positive rate within {q.positive_rate_tolerance:.0%} of the last {len(history.days)} "
-                         f"partitions' {history.rates[label.column]:.5f}"),
+                         f"partitions' {rate:.5f}"),
             ))  # fmt: skip
     if history.rows is not None:
         lo, hi = _between(history.rows, q.row_count_tolerance)

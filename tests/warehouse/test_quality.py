@@ -8,14 +8,15 @@ import datetime as dt
 import pytest
 
 from schemas.registry import parse_registry
-from warehouse.quality import History, trailing_history, validate
+from warehouse.quality import History, expectations, trailing_history, validate
 
 pytestmark = pytest.mark.spark
 
 DS = dt.date(2026, 11, 8)
 REGISTRY = parse_registry({
     "dataset": "q", "labels": [{"name": "click", "window": "1h"}],
-    "quality": {"min_coverage": 0.5, "row_count_tolerance": 0.5, "positive_rate_tolerance": 0.5},
+    "quality": {"min_coverage": 0.5, "row_count_tolerance": 0.5, "positive_rate_tolerance": 0.5,
+                "min_expected_positives": 5},
     "features": [
         {"name": "ctr", "kind": "dense", "dtype": "float32", "description": "d", "owner": "o",
          "quality": {"range": [0, 1], "min_coverage": 0.9}},
@@ -86,3 +87,12 @@ def test_the_history_is_the_published_partitions_before_ds(spark, request):
     assert history.days == ("2026-11-05", "2026-11-06")  # not ds itself
     assert history.rows == 20.0 and history.rates == {"label_click": pytest.approx((0.1 + 0.3) / 2)}
     assert trailing_history(spark, "default.no_such_table", REGISTRY, DS) == History()
+
+
+def test_a_rate_bound_needs_enough_expected_positives_to_mean_anything():
+    history = History(days=("2026-11-07",), rows=100.0, rates={"label_click": 0.1})  # 10 positives a day
+    strict = REGISTRY.model_copy(update={"quality": REGISTRY.quality.model_copy(update={"min_expected_positives": 11})})
+    kinds = lambda registry: [e.__class__.__name__ for e in expectations(registry, DS, history)]  # noqa: E731
+    assert "ExpectColumnMeanToBeBetween" in kinds(REGISTRY)  # 10 expected >= 5
+    assert "ExpectColumnMeanToBeBetween" not in kinds(strict)  # 10 expected < 11: noise, not checked
+    assert "ExpectTableRowCountToBeBetween" in kinds(strict)
