@@ -112,7 +112,7 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         file = self.snapshot.files[unit.file]
         table = read_row_groups(file, self.snapshot, self.registry, self.columns, counter,
                                 row_groups=[unit.row_group])  # fmt: skip
-        counter.read_s += time.perf_counter() - started
+        counter.add(read_s=time.perf_counter() - started)  # on the read-ahead thread: under the counter's lock
         return table
 
     def _blocks(self, windows: Sequence, counter: IoCounter) -> Iterator[tuple[Unit, Any]]:

@@ -54,10 +54,15 @@ class IoCounter:
     def decode_s(self) -> float:
         return max(self.read_s - self.io_s, 0.0)
 
-    def add(self, n: int, seconds: float) -> None:
+    def add(self, **amounts: float) -> None:
+        """Add to summed fields under the lock: the read-ahead thread counts while the loader drains."""
         with self._lock:
-            self.bytes_read += n
-            self.io_s += seconds
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
+    def opened(self, uri: str) -> None:
+        with self._lock:
+            self.files_opened.append(uri)
 
     def merge(self, other: IoCounter) -> None:
         with self._lock:
@@ -85,7 +90,7 @@ class CountingFile:
     def read(self, nbytes: int | None = None) -> bytes:
         started = time.perf_counter()
         data = self._raw.read(nbytes)
-        self._counter.add(len(data), time.perf_counter() - started)
+        self._counter.add(bytes_read=len(data), io_s=time.perf_counter() - started)
         return data
 
     def seek(self, offset: int, whence: int = 0) -> int:
@@ -120,7 +125,7 @@ def open_counted(uri: str, counter: IoCounter) -> Iterator[CountingFile]:
     except (OSError, ValueError) as err:
         raise TableError(f"cannot open data file {uri}: {err}; the Delta log lists it, so it was removed by hand "
                          "or the table is being vacuumed") from err  # fmt: skip
-    counter.files_opened.append(uri)
+    counter.opened(uri)
     handle = CountingFile(raw, counter)
     try:
         yield handle
