@@ -117,7 +117,7 @@ def run_reader(path: Path, reg, dense: list[str], sparse: list[str], batch: int,
     c: IoCounter = loader.counter
     split = (f"I/O {c.io_s:.2f}s, decode {c.decode_s:.2f}s, transforms {c.convert_s:.2f}s, "
              f"shuffle+batch {c.assemble_s:.2f}s, waited {c.wait_s:.2f}s")  # fmt: skip
-    return {"rows": rows, "seconds": seconds, "bytes": c.bytes_read + dataset.footer_bytes, "mode": split}
+    return {"rows": rows, "seconds": seconds, "bytes": c.bytes_read, "mode": split}
 
 
 def files_of(path: Path) -> list[str]:

@@ -66,7 +66,7 @@ def run(config: ReadConfig, *, out=print) -> UsageRecord:
             out(f"  batch {i}: {len(batch):,} rows; {_shapes(batch)}")
     counter = loader.counter
     elapsed = time.perf_counter() - started
-    read_bytes = counter.bytes_read + dataset.footer_bytes
+    read_bytes = counter.bytes_read
     ratio = counter.bytes_all_columns / read_bytes if read_bytes else 0.0
     out(f"  {counter.batches:,} batches, {counter.rows:,} rows in {elapsed:.2f}s ({counter.rows / elapsed:,.0f} rows/s)")
     out(f"  bytes read {read_bytes:,} (planning footers {dataset.footer_bytes:,}); all columns of these rows: "

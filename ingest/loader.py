@@ -192,13 +192,14 @@ class ResumableLoader:
     """A DataLoader over a :class:`SnapshotDataset` that knows how far an epoch got and can resume there.
 
     ``counter`` adds up what every batch cost in whichever process made it (workers send
-    their counts with each batch), plus ``wait_s``: the time this process waited for batches.
+    their counts with each batch), the footers read to plan the epoch, and ``wait_s``: the
+    time this process waited for batches.
     """
 
     def __init__(self, dataset: SnapshotDataset, *, num_workers: int = 0, **loader_args: Any) -> None:
         self.dataset, self.num_workers, self.loader_args = dataset, num_workers, loader_args
         self.delivered = 0
-        self.counter = IoCounter()
+        self.counter = IoCounter(bytes_read=dataset.footer_bytes)  # the footers read to plan count too
         dataset.with_costs = True
 
     def __iter__(self) -> Iterator[Any]:

@@ -175,7 +175,6 @@ def _evaluate(spec: JobSpec, registry, model: DLRM, *, warehouse: str, ranks: Ra
     gathered = _gather(ranks, mine)
     p = np.concatenate([g[0] for g in gathered])
     y = np.concatenate([g[1] for g in gathered])
-    loader.counter.bytes_read += reader.dataset.footer_bytes
     return {label: evaluate(y[:, i], p[:, i]) for i, label in enumerate(spec.labels)}, loader.counter
 
 
@@ -270,7 +269,6 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
                 f"computed {epoch.compute_s:.2f}s)")  # fmt: skip
         cost = IoCounter()
         cost.merge(loader.counter)
-        cost.bytes_read += reader.dataset.footer_bytes
         metrics: dict[str, Metrics] = {}
         if not stopped:
             metrics, eval_cost = _evaluate(spec, registry, model, warehouse=warehouse, ranks=ranks, device=device,
