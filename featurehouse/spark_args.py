@@ -1,4 +1,6 @@
 """``featurehouse spark-args``: the arguments that point stock Spark tools at this warehouse.
+Secret confs given to it (a metastore ConnectionPassword, say) are printed as they are: its output is a
+command line to pass on, not a log.
 
     .venv/bin/spark-sql $(featurehouse spark-args) -e "SHOW TABLES IN featurehouse"
 
@@ -13,6 +15,7 @@ import argparse
 from collections.abc import Sequence
 
 from schemas.errors import ConfigError, run_command
+from schemas.redact import redact, secret_values
 from warehouse.jobs import add_common_arguments, common_settings
 from warehouse.session import spark_submit_args
 
@@ -29,7 +32,8 @@ def arguments(argv: Sequence[str] | None = None) -> str:
     args = spark_submit_args(settings["home"], settings["spark_conf"])
     spaced = [a for a in args if any(ch.isspace() for ch in a)]
     if spaced:
-        raise ConfigError(f"{spaced[0]!r} contains whitespace and cannot pass through $(...); use a --home without spaces")
+        shown = redact(repr(spaced[0]), secret_values(settings["spark_conf"]))  # an error is a log line
+        raise ConfigError(f"{shown} contains whitespace and cannot pass through $(...); use a --home without spaces")
     return " ".join(args)
 
 

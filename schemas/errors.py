@@ -8,7 +8,9 @@ allowed, and how to fix it; the CLI prints it as one line and exits non-zero.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from schemas.redact import redact
 
 
 class FeaturehouseError(Exception):
@@ -41,16 +43,19 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def run_command(body: Callable[[], str | None]) -> int:
+def run_command(body: Callable[[], str | None], secrets: Iterable[str] = ()) -> int:
     """Run a command's body; print what it returns to stdout and exit 0.
 
     A :class:`FeaturehouseError` becomes ``error: <message>`` on stderr and exit 2,
-    the one place every ``main(argv)`` turns errors into an exit status.
+    the one place every ``main(argv)`` turns errors into an exit status. The message
+    is redacted first (:func:`schemas.redact.redact`): secret conf values, URL and JDBC
+    passwords, and every value in ``secrets``, which is read only then, so ``body``
+    may fill it (a list) once it knows them.
     """
     try:
         output = body()
     except FeaturehouseError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {redact(str(err), secrets)}", file=sys.stderr)
         return 2
     if output is not None:
         print(output)

@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from schemas.errors import run_command
+from schemas.redact import redact, secret_values
 from warehouse.session import default_home, parse_conf_pairs, spark_session
 
 Progress = Callable[[str], None]
 
 
 def stderr_progress(message: str) -> None:
-    """Print one progress line to stderr, stamped with the wall clock."""
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    """Print one progress line to stderr, stamped with the wall clock; secrets in it are redacted."""
+    print(f"[{time.strftime('%H:%M:%S')}] {redact(message)}", file=sys.stderr, flush=True)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,11 +70,16 @@ C = TypeVar("C", bound=SparkJobConfig)
 
 
 def run_spark_job(parse: Callable[[], C], run: Callable[[Any, C], Summary]) -> int:
-    """Parse, open a session, run, print the summary; a FeaturehouseError becomes one line and exit 2."""
+    """Parse, open a session, run, print the summary; a FeaturehouseError becomes one line and exit 2.
+
+    The values of secret ``--conf`` keys are masked in that line, even where they appear bare.
+    """
+    secrets: list[str] = []  # filled once parsed; run_command reads it only to print an error
 
     def body() -> str:
         config = parse()
+        secrets.extend(secret_values(config.spark_conf))
         with spark_session(config.home, conf=config.spark_conf) as spark:
             return run(spark, config).format()
 
-    return run_command(body)
+    return run_command(body, secrets)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from schemas.errors import ConfigError
 from schemas.paths import default_home
+from schemas.redact import REDACTED, SECRET_KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,7 +40,9 @@ def parse_conf_pairs(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--conf {pair!r} is not of the form key=value, e.g. --conf spark.sql.shuffle.partitions=4")
+            secret = SECRET_KEY.search(pair)  # e.g. "...ConnectionPassword hunter2": show the key, not the rest
+            shown = repr(pair[: secret.end()] + REDACTED) if secret else repr(pair)
+            raise ConfigError(f"--conf {shown} is not of the form key=value, e.g. --conf spark.sql.shuffle.partitions=4")
         confs[key.strip()] = value
     return confs
 
