@@ -32,7 +32,7 @@ import argparse
 import datetime as dt
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,15 +41,38 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from etl.landing import Landing, Stream, empty_labels, is_closed, label_days, path_exists, read_impressions, read_labels
-from schemas.errors import LandingError
+from etl.landing import (
+    RAW_COLUMN,
+    ROW_ID_COLUMN,
+    Landing,
+    Stream,
+    empty_files,
+    empty_labels,
+    is_closed,
+    label_days,
+    path_exists,
+    read_impressions,
+    read_labels,
+)
+from etl.quarantine import (
+    PROBLEM_COLUMN,
+    empty_file_rows,
+    quarantine_rows,
+    with_impression_problem,
+    with_label_problem,
+    write_quarantine,
+)
+from schemas.errors import ConfigError, DataRefusedError, LandingError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import DatasetRegistry, Kind, load_dataset
 from schemas.spark import CORRUPT_RECORD_COLUMN, feature_type
 from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.tables import CommitMetrics, replace_partition
+from warehouse.publish import Decision, GateRecord, drop_staging, new_run_id, publish, record, stage, staging_table
+from warehouse.publish import write_report
+from warehouse.quality import trailing_history, validate
+from warehouse.tables import CommitMetrics
 
 _MAP_OF_KIND = {Kind.DENSE: "dense", Kind.SPARSE: "sparse", Kind.WEIGHTED_SPARSE: "weighted_sparse"}
 
@@ -62,10 +85,13 @@ class LabelJoinConfig:
     landing: str | None = None
     registry_dir: Path | None = None
     allow_open_window: bool = False
+    max_bad_fraction: float | None = None  # None: the registry's quality.max_bad_fraction
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_name("dataset", self.dataset)
+        if self.max_bad_fraction is not None and not 0 <= self.max_bad_fraction <= 1:
+            raise ConfigError(f"--max-bad-fraction {self.max_bad_fraction} is not a share; give one in [0, 1], e.g. 0.01")
 
     @property
     def landing_root(self) -> str:
@@ -74,28 +100,38 @@ class LabelJoinConfig:
 
 @dataclass(frozen=True)
 class LabelJoinSummary:
-    """What one label join read, dropped and wrote."""
+    """What one label join read, quarantined, dropped, staged, validated and published."""
 
     dataset: str
     ds: str
     table: str
+    run_id: str
     label_days: tuple[str, ...]
     window_open: bool
     impressions_read: int
-    malformed_impressions: int
+    quarantined_impressions: int
     duplicate_impressions: int
+    label_records: int  # of this ds's label partition
+    quarantined_labels: int
+    quarantine_table: str
+    problems: Mapping[str, int]  # problem code -> quarantined records (and empty files)
     rows_out: int
     positives: Mapping[str, int]
     labels_matched: int
     duplicate_labels: int
     labels_outside_window: Mapping[str, int]
     orphan_labels: int
-    malformed_labels: int
-    unknown_label_types: int
     unknown_features: tuple[str, ...]
     unknown_feature_values: int
-    commit: CommitMetrics
+    staging_table: str
+    gate: tuple[str, ...]  # the quality report's summary lines
+    report_path: str
+    commit: CommitMetrics | None  # None: not published
     elapsed_s: float
+
+    @property
+    def published(self) -> bool:
+        return self.commit is not None
 
     @property
     def rows_per_second(self) -> float:
@@ -103,39 +139,42 @@ class LabelJoinSummary:
 
     def format(self) -> str:
         rate = lambda n: f"{n:,} ({n / self.rows_out:.2%})" if self.rows_out else f"{n:,}"  # noqa: E731
+        if self.commit is not None:
+            head = f"label join {self.dataset} ds={self.ds} -> {self.table} (Delta version {self.commit.version})"
+        else:
+            head = (f"label join {self.dataset} ds={self.ds}: NOT PUBLISHED, the partition failed the quality gate; "
+                    f"{self.table} is unchanged, the rows are kept in {self.staging_table}")  # fmt: skip
+        problems = ", ".join(f"{n:,} {code}" for code, n in sorted(self.problems.items(), key=lambda kv: -kv[1]))
         lines = [
-            f"label join {self.dataset} ds={self.ds} -> {self.table} (Delta version {self.commit.version})",
+            head,
             f"  label partitions   {self.label_days[0]} .. {self.label_days[-1]}"
             + ("  WINDOW OPEN: labels may still arrive" if self.window_open else "  (windows closed)"),
             f"  rows in            {self.impressions_read:,} impression records"
-            f" ({self.malformed_impressions:,} malformed, {self.duplicate_impressions:,} duplicates)",
+            f" ({self.quarantined_impressions:,} quarantined, {self.duplicate_impressions:,} duplicates)",
             f"  rows out           {self.rows_out:,}",
         ]
         lines += [f"  positives {name:<10} {rate(n)}" for name, n in self.positives.items()]
         lines += [
             f"  labels             {self.labels_matched:,} matched, {self.duplicate_labels:,} duplicates, "
             + ", ".join(f"{n:,} {name} outside window" for name, n in self.labels_outside_window.items()),
-            f"  dropped labels     {self.orphan_labels:,} orphans (no impression), {self.malformed_labels:,} malformed, "
-            f"{self.unknown_label_types:,} of unknown type",
+            f"  dropped labels     {self.orphan_labels:,} orphans (no impression), {self.quarantined_labels:,} quarantined "
+            f"of {self.label_records:,} label records of {self.ds}",
+            f"  quarantine         {sum(self.problems.values()):,} -> {self.quarantine_table} (ds={self.ds})"
+            + (f": {problems}" if problems else ""),
             f"  unknown features   {len(self.unknown_features)} names, {self.unknown_feature_values:,} values dropped"
             + (f" ({', '.join(self.unknown_features[:5])}{', ...' if len(self.unknown_features) > 5 else ''})"
                if self.unknown_features else ""),
-            f"  bytes written      {self.commit.bytes:,} in {self.commit.files} files"
-            f" (replaced {self.commit.removed_files} files)",
-            f"  elapsed            {self.elapsed_s:.1f}s, {self.rows_per_second:,.0f} rows/s",
+            *(f"  quality gate       {line}" for line in self.gate),
+            f"  report             {self.report_path}",
         ]
+        if self.commit is not None:
+            lines.append(f"  bytes written      {self.commit.bytes:,} in {self.commit.files} files"
+                         f" (replaced {self.commit.removed_files} files)")  # fmt: skip
+        lines.append(f"  elapsed            {self.elapsed_s:.1f}s, {self.rows_per_second:,.0f} rows/s, run {self.run_id}")
         return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- pure DataFrame logic
-
-
-def valid_records(records: DataFrame, required: Sequence[str]) -> Column:
-    """Rows that parsed and carry every required field."""
-    condition = F.col(CORRUPT_RECORD_COLUMN).isNull()
-    for name in required:
-        condition = condition & F.col(name).isNotNull()
-    return condition
 
 
 def dedup_impressions(impressions: DataFrame) -> DataFrame:
@@ -220,22 +259,28 @@ def unknown_feature_keys(registry: DatasetRegistry) -> Column:
 def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
     """Parsed impression records as flat rows: keys, features (derived ones computed), and what the summary counts.
 
-    ``_valid``: parsed, has an id and an event time, and the event time is in ``ds``.
-    ``_unknown``: logged feature names not in the registry (dropped from the table).
+    ``_problem``: null for a usable record, else why not (:func:`etl.quarantine.impression_problem`);
+    ``_raw`` (the line), ``source_file``, ``split_start`` and ``_row_id`` say where it came from
+    (``_raw`` is kept for bad records only). ``_unknown``: logged feature names not in the registry.
     """
     day = parse_ds(ds)
-    valid = valid_records(records, ["impression_id", "event_time"]) & (
-        F.to_date("event_time") == F.lit(ds).cast("date")
-    )
     flat = records.select(
         "impression_id",
         "user_id",
         "item_id",
         "event_time",
-        "source_file",
         *flatten_features(registry, day),
-        valid.alias("_valid"),
         unknown_feature_keys(registry).alias("_unknown"),
+        CORRUPT_RECORD_COLUMN,
+        RAW_COLUMN,
+        "source_file",
+        "split_start",
+        ROW_ID_COLUMN,
+        "ds",
+    )
+    flat = with_impression_problem(flat, registry, ds)
+    flat = flat.withColumn(RAW_COLUMN, F.when(F.col(PROBLEM_COLUMN).isNotNull(), F.col(RAW_COLUMN))).drop(
+        CORRUPT_RECORD_COLUMN
     )
     return add_derived(flat, registry, day)
 
@@ -301,10 +346,29 @@ def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, da
     return result
 
 
+def _check_bad_fraction(summary_of: Callable[[], str], config: LabelJoinConfig, limit: float,
+                        counts: Sequence[tuple[str, int, int]], table: str) -> None:  # fmt: skip
+    """Refuse the ds when a stream's quarantined share is over ``limit`` (the records are in the quarantine)."""
+    for stream, read, bad in counts:
+        if read and bad / read > limit:
+            raise DataRefusedError(
+                f"{bad:,} of {read:,} {stream} records of ds {format_ds(config.ds)} ({bad / read:.2%}) are malformed, "
+                f"more than the {limit:.2%} allowed; nothing was staged or published. They are in {table} "
+                f"(SELECT problem, reason, source_file, line FROM {table} WHERE ds = '{format_ds(config.ds)}'); fix the "
+                "logs and rerun, or allow more with --max-bad-fraction (or quality.max_bad_fraction in the registry)",
+                details=summary_of(),
+            )
+
+
 def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | None = None) -> LabelJoinSummary:
-    """Join one ds and publish it; see the module docstring for the rules."""
+    """Join one ds, quarantine its bad records, stage, validate and publish it; see the module docstring.
+
+    Raises :class:`DataRefusedError` (nothing published) when too many records are bad or the
+    staged partition fails the quality gate.
+    """
     started = time.monotonic()
     say = progress or (lambda _message: None)
+    run_id = new_run_id()
     registry = load_dataset(config.dataset, config.registry_dir)
     landing = Landing(config.landing_root)
     ds = format_ds(config.ds)
@@ -314,34 +378,61 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     table, changes = prepare_for_write(spark, registry)
     for change in changes:
         say(f"{config.dataset}: {change.action.value} {change.detail}")
+    known_types = [label.name for label in registry.labels]
+    now = dt.datetime.now(dt.UTC)
 
     say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(days[0])} .. {format_ds(days[-1])}")
+    impression_dir = landing.partition(Stream.IMPRESSIONS, config.ds)
     flat = flatten_impressions(read_impressions(spark, landing, [config.ds]), registry, ds).persist(
         StorageLevel.MEMORY_AND_DISK
     )
-    deduped = dedup_impressions(flat.where("_valid"))
+    raw_labels = with_label_problem(
+        read_labels(spark, landing, present_days) if present_days else empty_labels(spark), known_types
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    labels = raw_labels.where(F.col(PROBLEM_COLUMN).isNull())
+    this_day_labels = raw_labels.where(F.col("ds") == ds)
 
-    known_types = [label.name for label in registry.labels]
-    label_fields = ["impression_id", "label_type", "event_time"]
-    raw_labels = read_labels(spark, landing, present_days) if present_days else empty_labels(spark)
-    labels = raw_labels.where(valid_records(raw_labels, label_fields) & F.col("label_type").isin(known_types)).persist(
-        StorageLevel.MEMORY_AND_DISK
+    say(f"{config.dataset} ds={ds}: quarantining bad records")
+    bad = is_bad = F.col(PROBLEM_COLUMN).isNotNull()
+    label_dir = [landing.partition(Stream.LABELS, config.ds)] if config.ds in present_days else []
+    quarantine = (
+        quarantine_rows(flat.where(bad), flat, Stream.IMPRESSIONS.value, run_id, now)
+        .unionByName(quarantine_rows(this_day_labels.where(bad), raw_labels, Stream.LABELS.value, run_id, now))
+        .unionByName(empty_file_rows(spark, empty_files(spark, [impression_dir]), Stream.IMPRESSIONS.value, ds, run_id, now))
+        .unionByName(empty_file_rows(spark, empty_files(spark, label_dir), Stream.LABELS.value, ds, run_id, now))
     )
-
-    say(f"{config.dataset} ds={ds}: joining and writing {table}")
-    commit = replace_partition(spark, table, feature_rows(deduped, labels, registry, ds), ds)
-
-    say(f"{config.dataset} ds={ds}: counting")
+    problems: dict[str, int] = {}
+    quarantined = {Stream.IMPRESSIONS.value: 0, Stream.LABELS.value: 0}
+    for row in quarantine.groupBy("stream", "problem").count().collect():
+        problems[row["problem"]] = problems.get(row["problem"], 0) + row["count"]
+        if row["problem"] != "empty_file":
+            quarantined[row["stream"]] += row["count"]
+    q_table = write_quarantine(spark, config.dataset, config.ds, quarantine, empty=not problems)
     imp_stats = flat.agg(
         F.count(F.lit(1)).alias("read"),
-        F.count_if(F.col("_valid")).alias("valid"),
-        F.sum(F.when(F.col("_valid"), F.size("_unknown")).otherwise(0)).alias("unknown_values"),
-        F.array_distinct(F.flatten(F.collect_set(F.when(F.col("_valid"), F.col("_unknown"))))).alias("unknown_names"),
+        F.sum(F.when(~is_bad, F.size("_unknown")).otherwise(0)).alias("unknown_values"),
+        F.array_distinct(F.flatten(F.collect_set(F.when(~is_bad, F.col("_unknown"))))).alias("unknown_names"),
     ).first()
-    # What was published (narrow columns of the new files) stands in for the deduplicated impressions.
-    partition = spark.table(table).where(F.col("ds") == ds)
-    published = partition.select("impression_id", "event_time")
-    label_stats = attribute_labels(published, labels, registry).agg(
+    label_records = this_day_labels.count()
+
+    def partial_summary() -> str:
+        return (f"label join {config.dataset} ds={ds}: refused before staging; {imp_stats['read']:,} impression records "
+                f"({quarantined['impressions']:,} quarantined), {label_records:,} label records "
+                f"({quarantined['labels']:,} quarantined) -> {q_table}, run {run_id}")  # fmt: skip
+
+    limit = registry.quality.max_bad_fraction if config.max_bad_fraction is None else config.max_bad_fraction
+    _check_bad_fraction(partial_summary, config, limit, [
+        (Stream.IMPRESSIONS.value, int(imp_stats["read"]), quarantined["impressions"]),
+        (Stream.LABELS.value, label_records, quarantined["labels"]),
+    ], q_table)  # fmt: skip
+
+    staged = staging_table(config.dataset, config.ds, run_id)
+    say(f"{config.dataset} ds={ds}: joining and staging into {staged}")
+    rows_out = stage(spark, feature_rows(dedup_impressions(flat.where(~is_bad)), labels, registry, ds), staged)
+
+    say(f"{config.dataset} ds={ds}: counting")
+    partition = spark.table(staged)
+    label_stats = attribute_labels(partition.select("impression_id", "event_time"), labels, registry).agg(
         F.count(F.lit(1)).alias("matched"),
         F.count_distinct("impression_id", "label_type").alias("distinct_pairs"),
         *[
@@ -349,44 +440,68 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
             for name in known_types
         ],
     ).first()
-    this_day_labels = raw_labels.where(F.col("ds") == ds)
-    parsed = valid_records(this_day_labels, label_fields)
-    label_day_stats = this_day_labels.agg(
-        F.count_if(~parsed).alias("malformed"),
-        F.count_if(parsed & ~F.col("label_type").isin(known_types)).alias("unknown_types"),
-    ).first()
     lookback_days = math.ceil(registry.max_window / dt.timedelta(days=1))
     lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
-    known_ids = published.select("impression_id").unionByName(_impression_ids_before(spark, landing, table, lookback))
+    known_ids = partition.select("impression_id").unionByName(_impression_ids_before(spark, landing, table, lookback))
     orphans = labels.where(F.col("ds") == ds).join(known_ids, "impression_id", "left_anti").count()
     positives_row = partition.agg(
         *[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in registry.label_columns]
     ).first()
-
     flat.unpersist()
-    labels.unpersist()
-    return LabelJoinSummary(
+    raw_labels.unpersist()
+
+    say(f"{config.dataset} ds={ds}: validating {staged} (quality gate)")
+    report = validate(partition, registry, config.ds, trailing_history(spark, table, registry, config.ds))
+    report_path = write_report(config.home, report, run_id)
+    commit = None
+    if report.success:
+        say(f"{config.dataset} ds={ds}: publishing into {table}")
+        commit = publish(spark, table, staged, ds)
+        drop_staging(spark, staged)
+    record(spark, GateRecord(
+        dataset=config.dataset, ds=ds, run_id=run_id,
+        decision=Decision.PUBLISHED if report.success else Decision.REFUSED, staging_table=staged,
+        expectations=len(report.checks), failed_expectations=tuple(c.line() for c in report.failures), rows=rows_out,
+        decided_by="quality gate", report_path=str(report_path), table_version=commit.version if commit else None,
+        quarantined_impressions=quarantined["impressions"], quarantined_labels=quarantined["labels"],
+    ))  # fmt: skip
+    summary = LabelJoinSummary(
         dataset=config.dataset,
         ds=ds,
         table=table,
+        run_id=run_id,
         label_days=tuple(format_ds(d) for d in days),
         window_open=window_open,
         impressions_read=int(imp_stats["read"]),
-        malformed_impressions=int(imp_stats["read"]) - int(imp_stats["valid"]),
-        duplicate_impressions=int(imp_stats["valid"]) - commit.rows,
-        rows_out=commit.rows,
+        quarantined_impressions=quarantined["impressions"],
+        duplicate_impressions=int(imp_stats["read"]) - quarantined["impressions"] - rows_out,
+        label_records=label_records,
+        quarantined_labels=quarantined["labels"],
+        quarantine_table=q_table,
+        problems=problems,
+        rows_out=rows_out,
         positives={label.name: int(positives_row[label.column]) for label in registry.labels},
         labels_matched=int(label_stats["matched"]),
         duplicate_labels=int(label_stats["matched"]) - int(label_stats["distinct_pairs"]),
         labels_outside_window={name: int(label_stats[f"out_{name}"]) for name in known_types},
         orphan_labels=int(orphans),
-        malformed_labels=int(label_day_stats["malformed"]),
-        unknown_label_types=int(label_day_stats["unknown_types"]),
         unknown_features=tuple(sorted(imp_stats["unknown_names"] or [])),
         unknown_feature_values=int(imp_stats["unknown_values"] or 0),
+        staging_table=staged,
+        gate=tuple(report.summary_lines()),
+        report_path=str(report_path),
         commit=commit,
         elapsed_s=time.monotonic() - started,
     )
+    if not report.success:
+        raise DataRefusedError(
+            f"ds {ds} of {config.dataset} failed {len(report.failures)} of {len(report.checks)} quality expectations "
+            f"and was not published ({table} is unchanged); the rows are in {staged}, the report in {report_path}. "
+            f"Fix the logs and rerun, or publish it on purpose: featurehouse publish --dataset {config.dataset} "
+            f"--ds {ds} --force --reason '...'",
+            details=summary.format(),
+        )
+    return summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -394,6 +509,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ds", required=True, help="the impression day to join, YYYY-MM-DD (UTC)")
     parser.add_argument(
         "--landing", default=None, help="landing zone root, a path or URI (default: <home>/landing)"
+    )
+    parser.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=None,
+        metavar="F",
+        help="refuse the ds if more than this share of its impression or label records is malformed "
+        "(default: the registry's quality.max_bad_fraction, 0.01 unless set); bad records are quarantined either way",
     )
     parser.add_argument(
         "--allow-open-window",
@@ -409,6 +532,7 @@ def config_from_args(ns: argparse.Namespace) -> LabelJoinConfig:
         ds=parse_ds(ns.ds),
         landing=ns.landing,
         allow_open_window=ns.allow_open_window,
+        max_bad_fraction=ns.max_bad_fraction,
         **common_settings(ns),
     )
 

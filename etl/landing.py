@@ -73,36 +73,91 @@ def label_days(day: dt.date, max_window: dt.timedelta) -> list[dt.date]:
     return [day + dt.timedelta(days=i) for i in range((last - day).days + 1)]
 
 
-def _read_json(spark: SparkSession, paths: Sequence[str], schema: StructType) -> DataFrame:
-    """Read JSON lines permissively: a line that does not parse keeps its text in ``_corrupt_record``.
+#: The line as it was in the file: kept for the quarantine (null once a record is known good).
+RAW_COLUMN = "_raw"
+#: Spark's monotonically increasing id of the line: consecutive within a file split, so it numbers the lines.
+ROW_ID_COLUMN = "_row_id"
 
-    Adds ``source_file`` (from Spark's file metadata) and ``ds`` (from the partition folder in that path).
-    Files are found recursively under each ds folder (hour=HH/...); ``_SUCCESS`` is skipped by Spark.
+
+def _read_json(spark: SparkSession, paths: Sequence[str], schema: StructType) -> DataFrame:
+    """Read JSON lines permissively, one row per line: a line that does not parse keeps its text in ``_corrupt_record``.
+
+    The files are read as text and each line parsed with ``from_json``, so that every line, blank
+    ones included, is a row that can be traced back to its place: ``source_file``, ``split_start``
+    (the byte offset where Spark's split of the file begins: 0 unless a file larger than
+    ``spark.sql.files.maxPartitionBytes`` was split) and ``_row_id`` (see :func:`line_numbers`).
+    ``_raw`` is the line itself and ``ds`` the partition folder's date. Files are found recursively
+    under each ds folder (hour=HH/...); ``_SUCCESS`` and other ``_``/``.`` files are skipped by Spark.
     """
-    return (
-        spark.read.schema(schema)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT_RECORD_COLUMN)
-        .option("recursiveFileLookup", "true")
-        .json(list(paths))
-        .withColumn("source_file", F.col("_metadata.file_path"))
-        .withColumn("ds", F.regexp_extract("source_file", r"/ds=(\d{4}-\d{2}-\d{2})/", 1))
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD_COLUMN}
+    lines = spark.read.option("recursiveFileLookup", "true").text(list(paths))
+    return lines.select(
+        F.from_json("value", schema, options).alias("_record"),
+        F.col("value").alias(RAW_COLUMN),
+        F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_block_start").alias("split_start"),
+        F.monotonically_increasing_id().alias(ROW_ID_COLUMN),
+    ).select(
+        "_record.*",
+        RAW_COLUMN,
+        "source_file",
+        "split_start",
+        ROW_ID_COLUMN,
+        F.regexp_extract("source_file", r"/ds=(\d{4}-\d{2}-\d{2})/", 1).alias("ds"),
     )
 
 
+def line_numbers(rows: DataFrame, every_row: DataFrame) -> DataFrame:
+    """``rows`` (some rows of a :func:`_read_json` frame) with ``line``: 1-based, counted from ``split_start``.
+
+    Spark numbers the rows of a task consecutively, and a task reads a file split's lines in
+    order, so a line's number is its ``_row_id`` minus the split's first ``_row_id``, plus one.
+    ``every_row`` is the frame ``rows`` was taken from (persisted, so both see the same ids).
+    """
+    firsts = every_row.groupBy("source_file", "split_start").agg(F.min(ROW_ID_COLUMN).alias("_first"))
+    return (
+        rows.join(F.broadcast(firsts), ["source_file", "split_start"])
+        .withColumn("line", F.col(ROW_ID_COLUMN) - F.col("_first") + 1)
+        .drop("_first")
+    )
+
+
+def empty_files(spark: SparkSession, paths: Sequence[str]) -> list[str]:
+    """The empty data files under ``paths`` (recursively): a logger that died before writing its first line."""
+    found = []
+    for path in paths:
+        fs, hadoop_path = _filesystem_path(spark, path)
+        if not fs.exists(hadoop_path):
+            continue
+        files = fs.listFiles(hadoop_path, True)
+        while files.hasNext():
+            status = files.next()
+            name = status.getPath().getName()
+            if status.getLen() == 0 and not name.startswith(("_", ".")):
+                found.append(str(status.getPath()))
+    return sorted(found)
+
+
 def read_impressions(spark: SparkSession, landing: Landing, days: Sequence[dt.date]) -> DataFrame:
-    """Impression records of ``days`` (schema: :func:`schemas.spark.impression_event_schema` + ds, source_file)."""
+    """Impression records of ``days``: :func:`schemas.spark.impression_event_schema` plus the columns of :func:`_read_json`."""
     paths = [landing.partition(Stream.IMPRESSIONS, d) for d in days]
     return _read_json(spark, paths, impression_event_schema())
 
 
 def empty_labels(spark: SparkSession) -> DataFrame:
     """No labels, with the columns :func:`read_labels` gives (for a join whose label partitions are all missing)."""
-    schema = label_event_schema().add("source_file", "string").add("ds", "string")
+    schema = (
+        label_event_schema()
+        .add(RAW_COLUMN, "string")
+        .add("source_file", "string")
+        .add("split_start", "long")
+        .add(ROW_ID_COLUMN, "long")
+        .add("ds", "string")
+    )
     return spark.createDataFrame([], schema)
 
 
 def read_labels(spark: SparkSession, landing: Landing, days: Sequence[dt.date]) -> DataFrame:
-    """Label records of ``days`` (schema: :func:`schemas.spark.label_event_schema` + ds, source_file)."""
+    """Label records of ``days``: :func:`schemas.spark.label_event_schema` plus the columns of :func:`_read_json`."""
     paths = [landing.partition(Stream.LABELS, d) for d in days]
     return _read_json(spark, paths, label_event_schema())

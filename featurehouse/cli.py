@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("featurehouse.demo", "the main job: 7 days of logs label-joined while the schema evolves, catalog stats, SQL"),
     "generate": ("etl.generate", "write seeded impression and label logs into the landing zone"),
     "label-join": ("etl.label_join", "join one ds of impressions with their labels into featurehouse.<dataset>"),
+    "publish": ("etl.publish", "publish a partition the quality gate refused: validated again, or --force --reason"),
     "features": ("etl.features", "diff: show what a registry change does to its table; apply: do it (no file rewritten)"),
     "backfill": ("etl.backfill", "fill a derived feature into past partitions, one commit per partition, verified"),
     "catalog": ("etl.catalog", "sync: registry -> feature catalog; stats: one partition's feature statistics"),

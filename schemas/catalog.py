@@ -1,13 +1,15 @@
 """The feature catalog's tables, defined once (as Arrow schemas) for Spark and for JVM-free writers.
 
-Three Delta tables in the metastore database ``featurehouse_catalog``:
+Four Delta tables in the metastore database ``featurehouse_catalog``:
 
 * ``features``: one row per dataset and feature, synced from the registry;
 * ``feature_stats``: one row per dataset, ds and feature, computed from the data
   (partitioned by ds);
 * ``feature_usage``: one row per training-job run: what it read. The reader
   appends to it without a JVM (``ingest/usage.py``), so its schema is Arrow here
-  and Spark's is converted from it.
+  and Spark's is converted from it;
+* ``quality_gate``: one row per decision of the quality gate on a staged partition:
+  published, refused, or forced by someone, with why.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ CATALOG_DATABASE = "featurehouse_catalog"
 FEATURES = "features"
 FEATURE_STATS = "feature_stats"
 FEATURE_USAGE = "feature_usage"
+QUALITY_GATE = "quality_gate"
 
 #: Quantiles kept for dense features, and their column names.
 DENSE_QUANTILES: tuple[tuple[str, float], ...] = (("p01", 0.01), ("p25", 0.25), ("p50", 0.5), ("p75", 0.75), ("p99", 0.99))
@@ -100,11 +103,32 @@ FEATURE_USAGE_SCHEMA = pa.schema(
     ]
 )
 
+QUALITY_GATE_SCHEMA = pa.schema(
+    [
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("ds", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),  # the label join that staged the partition
+        pa.field("decision", pa.string(), nullable=False),  # published | refused | forced
+        pa.field("staging_table", pa.string(), nullable=False),  # dropped once published; kept while refused
+        pa.field("expectations", pa.int64(), nullable=False),
+        pa.field("failed_expectations", pa.list_(pa.field("element", pa.string())), nullable=False),  # one line each
+        pa.field("rows", pa.int64(), nullable=False),  # rows of the staged partition
+        pa.field("quarantined_impressions", pa.int64()),  # bad records of the run (null for a later publish)
+        pa.field("quarantined_labels", pa.int64()),
+        pa.field("table_version", pa.int64()),  # the feature table's Delta version published; null when refused
+        pa.field("decided_by", pa.string(), nullable=False),  # the gate, or who forced it
+        pa.field("reason", pa.string()),  # why it was forced
+        pa.field("report_path", pa.string()),  # the JSON report of the validation
+        pa.field("decided_at", _TS, nullable=False),
+    ]
+)
+
 #: table name -> (schema, partition columns)
 CATALOG_TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
     FEATURES: (FEATURES_SCHEMA, ()),
     FEATURE_STATS: (FEATURE_STATS_SCHEMA, ("ds",)),
     FEATURE_USAGE: (FEATURE_USAGE_SCHEMA, ()),
+    QUALITY_GATE: (QUALITY_GATE_SCHEMA, ()),
 }
 
 

@@ -16,6 +16,8 @@ from schemas.redact import redact
 class FeaturehouseError(Exception):
     """Root of every error featurehouse raises on purpose."""
 
+    exit_status = 2
+
 
 class RegistryError(FeaturehouseError):
     """A feature registry file is missing, malformed or inconsistent."""
@@ -37,6 +39,20 @@ class TableError(FeaturehouseError):
     """A warehouse table is missing or does not match what the registry says."""
 
 
+class DataRefusedError(FeaturehouseError):
+    """The data itself was refused: too many malformed records, or a partition failed the quality gate.
+
+    Nothing was published. ``details`` is the job's summary, printed on stdout before the
+    error line; the exit status is 3, so a scheduler can tell bad data from a bad command.
+    """
+
+    exit_status = 3
+
+    def __init__(self, message: str, *, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message (Spark's run to pages), or its type when it has none."""
     text = str(err).strip()
@@ -46,8 +62,9 @@ def first_line(err: BaseException) -> str:
 def run_command(body: Callable[[], str | None], secrets: Iterable[str] = ()) -> int:
     """Run a command's body; print what it returns to stdout and exit 0.
 
-    A :class:`FeaturehouseError` becomes ``error: <message>`` on stderr and exit 2,
-    the one place every ``main(argv)`` turns errors into an exit status. The message
+    A :class:`FeaturehouseError` becomes ``error: <message>`` on stderr and its
+    ``exit_status`` (2; 3 for refused data, whose summary is printed first), the one
+    place every ``main(argv)`` turns errors into an exit status. The message
     is redacted first (:func:`schemas.redact.redact`): secret conf values, URL and JDBC
     passwords, and every value in ``secrets``, which is read only then, so ``body``
     may fill it (a list) once it knows them.
@@ -55,8 +72,11 @@ def run_command(body: Callable[[], str | None], secrets: Iterable[str] = ()) -> 
     try:
         output = body()
     except FeaturehouseError as err:
+        details = getattr(err, "details", "")
+        if details:
+            print(redact(details, secrets), flush=True)
         print(f"error: {redact(str(err), secrets)}", file=sys.stderr)
-        return 2
+        return err.exit_status
     if output is not None:
         print(output)
     return 0

@@ -12,7 +12,7 @@ Per feature (``quality:`` next to its kind and dtype)::
 Per dataset (``quality:`` at the top of the registry file), overriding the defaults below::
 
     quality: {min_coverage: 0.5, history_days: 7, row_count_tolerance: 0.5, positive_rate_tolerance: 0.5,
-              min_expected_positives: 30}
+              min_expected_positives: 30, max_bad_fraction: 0.01}
 
 ``warehouse/quality.py`` turns these into a Great Expectations suite.
 """
@@ -45,3 +45,4 @@ class DatasetQuality(_Frozen):
     positive_rate_tolerance: float = Field(default=0.5, ge=0)  # each label's rate likewise, when the history
     min_expected_positives: int = Field(default=30, ge=0)  # expects this many positives: fewer are Poisson noise
     min_rows: int = Field(default=1, ge=0)
+    max_bad_fraction: float = Field(default=0.01, ge=0, le=1)  # of a ds's impression or label records; more: refused

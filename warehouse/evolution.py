@@ -33,7 +33,7 @@ from schemas.registry import KEY_COLUMNS, PARTITION_COLUMN, DatasetRegistry, Fea
 from schemas.spark import feature_type, table_schema
 from warehouse.derived import validate_derived
 from warehouse.catalog import SyncResult, catalog_features, feature_row, sync_features
-from warehouse.tables import DATABASE, table_name
+from warehouse.tables import CONFLICTS, DATABASE, create_if_missing, table_name
 
 COLUMN_MAPPING = "delta.columnMapping.mode"
 
@@ -267,8 +267,7 @@ def make_plan(
 
 def create_table(spark: SparkSession, registry: DatasetRegistry, table: str) -> None:
     """Create the feature table from the registry, partitioned by ds, with column mapping by name."""
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.split('.')[0]}")
-    (
+    create_if_missing(spark, table, lambda: (
         DeltaTable.createIfNotExists(spark)
         .tableName(table)
         .addColumns(table_schema(registry))
@@ -276,7 +275,7 @@ def create_table(spark: SparkSession, registry: DatasetRegistry, table: str) -> 
         .property(COLUMN_MAPPING, "name")
         .comment(registry.description or f"feature table of dataset {registry.dataset}")
         .execute()
-    )
+    ))  # fmt: skip
 
 
 def apply_table_changes(spark: SparkSession, the_plan: Plan, *, only_automatic: bool = False) -> list[Change]:
@@ -312,7 +311,15 @@ def prepare_for_write(spark: SparkSession, registry: DatasetRegistry, *, databas
             f"review them with `featurehouse features diff --dataset {registry.dataset}` and apply them with "
             f"`featurehouse features apply --dataset {registry.dataset}`"
         )
-    return pending_plan.table, apply_table_changes(spark, pending_plan, only_automatic=True)
+    try:
+        return pending_plan.table, apply_table_changes(spark, pending_plan, only_automatic=True)
+    except (TableError, AnalysisException, *CONFLICTS):
+        # A concurrent writer (a label join of another ds) may have made the same change first:
+        # plan again; if nothing is left to do, the table is ready, else the error stands.
+        again = make_plan(spark, registry, database=database, with_catalog=False)
+        if any(c.touches_table for c in again.changes):
+            raise
+        return again.table, []
 
 
 @dataclass(frozen=True)

@@ -134,10 +134,12 @@ class Check:
     def line(self) -> str:
         verdict = "passed" if self.success else "FAILED"
         column = f" {self.column}" if self.column else ""
-        return f"{verdict} {self.expectation}{column} ({self.why}): {self.observed}"
+        observed = f": {self.observed}" if self.observed else ""
+        return f"{verdict} {self.expectation}{column} ({self.why}){observed}"
 
 
 def _observed(result: dict[str, Any]) -> str:
+    """What was observed, from a ``SUMMARY`` result (a passed check's ``BOOLEAN_ONLY`` result has none)."""
     if "observed_value" in result:
         return f"observed {result['observed_value']!r}"
     if "unexpected_count" in result:
@@ -146,7 +148,7 @@ def _observed(result: dict[str, Any]) -> str:
         total, missing = result.get("element_count", 0), result.get("missing_count") or 0
         of = f"{total:,} rows" if not missing else f"{total - missing:,} non-null values"  # nulls are not checked
         return f"{result['unexpected_count']:,} of {of} unexpected ({result.get('unexpected_percent', 0.0):.2f}%){shown}"
-    return "no detail"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -178,14 +180,21 @@ class QualityReport:
 
 
 def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: History) -> QualityReport:
-    """Run the generated suite on ``frame`` (one partition of ``registry``'s dataset) with Great Expectations."""
+    """Run the generated suite on ``frame`` (one partition of ``registry``'s dataset) with Great Expectations.
+
+    Two passes: every expectation with ``BOOLEAN_ONLY`` results, which Great Expectations
+    computes in a few batched Spark jobs (3 s for the demo's 117 expectations, against 15 s
+    for its default result format, one or more jobs per expectation); then only the failed ones
+    again with ``SUMMARY`` results, so that the report says what was observed.
+    """
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
     from pyspark.sql import functions as F
 
-    context = gx.get_context(mode="ephemeral")  # before the suite: Great Expectations binds suites to it
+    context = gx.get_context(mode="ephemeral")  # before the suites: Great Expectations binds suites to it
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    suite = gx.ExpectationSuite(name=f"{registry.dataset}_{format_ds(ds)}")
+    name = f"{registry.dataset}_{format_ds(ds)}"
+    suite = gx.ExpectationSuite(name=name)
     for expectation in expectations(registry, ds, history):
         suite.add_expectation(expectation)
     lengths = [F.size(F.col(c.removeprefix(LENGTH_PREFIX))).alias(c) for c in
@@ -194,9 +203,17 @@ def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: 
     try:
         asset = context.data_sources.add_spark(name="featurehouse").add_dataframe_asset(name=registry.dataset)
         batch = asset.add_batch_definition_whole_dataframe("partition").get_batch(batch_parameters={"dataframe": checked})
-        result = batch.validate(suite)
+        result = batch.validate(suite, result_format="BOOLEAN_ONLY")
+        failed = [r.expectation_config for r in result.results if not r.success]
+        details = {}
+        if failed:
+            again = gx.ExpectationSuite(name=f"{name}_failed")
+            for config in failed:
+                again.add_expectation_configuration(config)
+            details = {_key(r.expectation_config): r for r in batch.validate(again, result_format="SUMMARY").results}
     finally:
         checked.unpersist()
+    results = [details.get(_key(r.expectation_config), r) for r in result.results]
     checks = tuple(
         Check(
             expectation=r.expectation_config.type,
@@ -205,7 +222,13 @@ def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: 
             why=(r.expectation_config.meta or {}).get("why", ""),
             observed=_observed(r.result or {}),
         )
-        for r in result.results
+        for r in results
     )
-    return QualityReport(registry.dataset, format_ds(ds), bool(result.success), checks, history.days,
-                         result.to_json_dict())  # fmt: skip
+    raw = result.to_json_dict()
+    raw["results"] = [r.to_json_dict() for r in results]
+    return QualityReport(registry.dataset, format_ds(ds), bool(result.success), checks, history.days, raw)
+
+
+def _key(config: Any) -> str:
+    """An expectation's identity across two validations: its type and arguments."""
+    return json.dumps([config.type, config.kwargs], sort_keys=True, default=str)

@@ -6,9 +6,21 @@ restated schema), written one ds at a time with an atomic replace of that ds onl
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -18,6 +30,12 @@ from schemas.names import validate_name
 from schemas.registry import PARTITION_COLUMN
 
 DATABASE = "featurehouse"
+#: Delta's optimistic-concurrency conflicts: another writer committed first.
+CONFLICTS = (
+    ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException,
+    ConcurrentTransactionException, ConcurrentWriteException, DeltaConcurrentModificationException,
+    MetadataChangedException, ProtocolChangedException,
+)  # fmt: skip
 
 
 def table_name(dataset: str, *, database: str = DATABASE) -> str:
@@ -41,12 +59,16 @@ def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition
 
     Delta refuses the commit if a row of ``frame`` does not match ``condition``, so
     nothing else can be touched. The commit is found in the history by a per-call
-    ``userMetadata`` tag, so concurrent writers cannot be mistaken for it.
+    ``userMetadata`` tag, so concurrent writers cannot be mistaken for it. Replacing
+    nothing with nothing commits nothing; the metrics then name the current version.
     """
     run_id = f"featurehouse:{uuid.uuid4()}"
     columns = [f.name for f in spark.table(table).schema.fields]
     frame.select(*columns).writeTo(table).option("userMetadata", run_id).overwrite(condition)
-    history = DeltaTable.forName(spark, table).history(20).where(F.col("userMetadata") == run_id).collect()
+    delta = DeltaTable.forName(spark, table)
+    history = delta.history(20).where(F.col("userMetadata") == run_id).collect()
+    if not history and frame.isEmpty():  # nothing to remove and nothing to add: Delta commits nothing
+        return CommitMetrics(version=int(delta.history(1).first()["version"]), rows=0, bytes=0, files=0, removed_files=0)
     if len(history) != 1:
         raise TableError(f"could not find the commit of run {run_id} in the history of {table}")
     metrics = history[0]["operationMetrics"] or {}
@@ -62,3 +84,24 @@ def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition
 def replace_partition(spark: SparkSession, table: str, frame: DataFrame, ds: str) -> CommitMetrics:
     """Atomically replace partition ``ds`` of ``table`` with ``frame`` (one Delta commit)."""
     return overwrite_where(spark, table, frame, F.col(PARTITION_COLUMN) == F.lit(ds))
+
+
+def create_if_missing(spark: SparkSession, table: str, create: Callable[[], object], *, attempts: int = 4) -> None:
+    """Create ``table`` (and its database) with ``create()`` unless it exists, tolerating a concurrent creator.
+
+    Two jobs starting at once may both find the table missing; the loser's CREATE fails (Delta:
+    ``ProtocolChangedException``, two writers on an empty folder), possibly before the winner has
+    registered the table in the metastore. So a failure is retried after a pause, and the retry
+    finds the table.
+    """
+    for attempt in range(1, attempts + 1):
+        if spark.catalog.tableExists(table):
+            return
+        try:
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.split('.')[0]}")
+            create()
+            return
+        except Exception:
+            if attempt == attempts:
+                raise
+            time.sleep(attempt)

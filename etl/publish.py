@@ -1,0 +1,154 @@
+"""Publish a partition the quality gate refused: after a fix, or on purpose with ``--force``.
+
+    featurehouse publish --dataset ads --ds 2026-11-08                    # validate the staged rows again
+    featurehouse publish --dataset ads --ds 2026-11-08 --force --reason "holiday traffic, rates are real"
+
+The label join keeps a refused partition in its staging table
+(``featurehouse_staging.<dataset>_<yyyymmdd>_<run>``) and records the refusal in
+``featurehouse_catalog.quality_gate``. This command takes the latest refused run of the ds (or
+``--run``):
+
+* without ``--force`` it validates the staged rows again (against the registry and the history
+  as they are now, e.g. after a tolerance was widened) and publishes only if they pass;
+* with ``--force`` it publishes them as they are; ``--reason`` is required, and who (``--by``,
+  default the OS user) and why are recorded in the catalog with the failures that were overridden.
+
+Either way the publish is one atomic Delta commit replacing the ds, and the staging table is
+dropped once published.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import getpass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from schemas.errors import ConfigError, DataRefusedError, TableError
+from schemas.names import format_ds, parse_ds, validate_name
+from schemas.registry import load_dataset
+from warehouse.jobs import add_common_arguments, common_settings, run_spark_job, stderr_progress, Progress
+from warehouse.publish import Decision, GateRecord, check_run_id, drop_staging, last_decision, publish, record, write_report
+from warehouse.quality import trailing_history, validate
+from warehouse.tables import table_name
+
+
+@dataclass(frozen=True)
+class PublishConfig:
+    dataset: str
+    ds: dt.date
+    home: Path
+    run_id: str | None = None
+    force: bool = False
+    reason: str | None = None
+    by: str | None = None
+    registry_dir: Path | None = None
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_name("dataset", self.dataset)
+        if self.run_id is not None:
+            check_run_id(self.run_id)
+        if self.force and not (self.reason or "").strip():
+            raise ConfigError("--force needs --reason 'why this partition is published although it failed its checks'; "
+                              "the reason is recorded in featurehouse_catalog.quality_gate")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PublishSummary:
+    dataset: str
+    ds: str
+    run_id: str
+    decision: str
+    table: str
+    version: int
+    rows: int
+    overridden: tuple[str, ...]
+    by: str
+    reason: str | None
+
+    def format(self) -> str:
+        lines = [f"publish {self.dataset} ds={self.ds} run {self.run_id}: {self.decision} into {self.table} "
+                 f"(Delta version {self.version}, {self.rows:,} rows) by {self.by}"]  # fmt: skip
+        if self.reason:
+            lines.append(f"  reason             {self.reason}")
+        lines += [f"  overridden         {line}" for line in self.overridden]
+        return "\n".join(lines)
+
+
+def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None = None) -> PublishSummary:
+    say = progress or (lambda _message: None)
+    ds = format_ds(config.ds)
+    table = table_name(config.dataset)
+    refused = last_decision(spark, config.dataset, config.ds, config.run_id)
+    which = f"run {config.run_id}" if config.run_id else "any run"
+    if refused is None:
+        raise TableError(f"the quality gate has no decision on {config.dataset} ds {ds} ({which}); run "
+                         f"`featurehouse label-join --dataset {config.dataset} --ds {ds}` first")  # fmt: skip
+    if refused["decision"] != Decision.REFUSED:
+        raise TableError(
+            f"the latest run of {config.dataset} ds {ds} ({refused['run_id']}) was already {refused['decision']} at "
+            f"{refused['decided_at']:%Y-%m-%d %H:%M:%S}; there is nothing refused to publish (pass --run for an older one)"
+        )
+    staged = refused["staging_table"]
+    if not spark.catalog.tableExists(staged):
+        raise TableError(f"the staged rows of run {refused['run_id']} ({staged}) are gone (dropped by hand?); rerun "
+                         f"`featurehouse label-join --dataset {config.dataset} --ds {ds}`")  # fmt: skip
+    by = config.by or getpass.getuser()
+    overridden: tuple[str, ...] = tuple(refused["failed_expectations"] or ())
+    report_path = refused["report_path"]
+    if not config.force:
+        say(f"{config.dataset} ds={ds}: validating {staged} again")
+        registry = load_dataset(config.dataset, config.registry_dir)
+        report = validate(spark.table(staged), registry, config.ds, trailing_history(spark, table, registry, config.ds))
+        report_path = str(write_report(config.home, report, refused["run_id"]))
+        if not report.success:
+            raise DataRefusedError(
+                f"{staged} still fails {len(report.failures)} of {len(report.checks)} expectations; nothing was "
+                f"published. Fix the cause and rerun the label join, or publish it on purpose with --force --reason '...'",
+                details="\n".join(report.summary_lines()),
+            )
+        overridden, by = (), "quality gate"
+    say(f"{config.dataset} ds={ds}: publishing {staged} into {table}")
+    commit = publish(spark, table, staged, ds)
+    rows = spark.table(staged).count()
+    decision = Decision.FORCED if config.force else Decision.PUBLISHED
+    record(spark, GateRecord(
+        dataset=config.dataset, ds=ds, run_id=refused["run_id"], decision=decision, staging_table=staged,
+        expectations=refused["expectations"], failed_expectations=overridden, rows=rows, decided_by=by,
+        report_path=report_path, table_version=commit.version, reason=config.reason if config.force else None,
+    ))  # fmt: skip
+    drop_staging(spark, staged)
+    return PublishSummary(config.dataset, ds, refused["run_id"], decision.value, table, commit.version, rows,
+                          overridden, by, config.reason if config.force else None)  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", required=True, help="dataset name, e.g. ads")
+    parser.add_argument("--ds", required=True, help="the refused partition, YYYY-MM-DD")
+    parser.add_argument("--run", default=None, help="the label join run to publish (default: the latest refused one)")
+    parser.add_argument("--force", action="store_true",
+                        help="publish without validating again, overriding the failed expectations (needs --reason)")
+    parser.add_argument("--reason", default=None, help="why it is forced; recorded in featurehouse_catalog.quality_gate")
+    parser.add_argument("--by", default=None, help="who forces it (default: the OS user)")
+    add_common_arguments(parser)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> PublishConfig:
+    parser = argparse.ArgumentParser(prog="featurehouse publish", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    ns = parser.parse_args(argv)
+    return PublishConfig(dataset=ns.dataset, ds=parse_ds(ns.ds), run_id=ns.run, force=ns.force, reason=ns.reason,
+                         by=ns.by, **common_settings(ns))  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_spark_job(lambda: parse_args(argv), lambda spark, config: run(spark, config, progress=stderr_progress))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

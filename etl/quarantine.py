@@ -1,0 +1,227 @@
+"""Bad input records: what is wrong with each, and the quarantine table that keeps them.
+
+Nothing a logger wrote is lost: a record the label join cannot use lands in
+``featurehouse_quarantine.<dataset>`` (partitioned by ds) with where it came from and why::
+
+    stream        impressions | labels
+    source_file   the landing file
+    split_start   byte offset of Spark's split of the file (0 unless the file was larger than
+                  spark.sql.files.maxPartitionBytes, 128 MB by default, and was split)
+    line          1-based line number counted from split_start (null for an empty file)
+    raw           the line as it was
+    problem       empty_line, not_json, missing_field, bad_type, bad_timestamp, outside_ds,
+                  not_finite, unknown_label_type, empty_file
+    reason        e.g. "dense feature 'user_ctr_7d': 'abc' is not a number"
+    run_id        the label join that found it
+
+Reasons are found per record with Spark SQL under ANSI mode: values are tested with
+``try_cast`` and ``from_json`` (which return null instead of failing the job), so one
+bad value never stops the day and no check is turned off to let it through.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from etl.landing import RAW_COLUMN, line_numbers
+from schemas.names import format_ds, validate_name
+from schemas.registry import DatasetRegistry, Feature, Kind
+from schemas.spark import CORRUPT_RECORD_COLUMN
+from warehouse.tables import create_if_missing, replace_partition
+
+DATABASE = "featurehouse_quarantine"
+PROBLEM_COLUMN = "_problem"
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("stream", T.StringType(), False),
+        T.StructField("source_file", T.StringType(), True),
+        T.StructField("split_start", T.LongType(), True),
+        T.StructField("line", T.LongType(), True),
+        T.StructField("raw", T.StringType(), True),
+        T.StructField("problem", T.StringType(), False),
+        T.StructField("reason", T.StringType(), False),
+        T.StructField("run_id", T.StringType(), False),
+        T.StructField("quarantined_at", T.TimestampType(), False),
+        T.StructField("ds", T.StringType(), False),
+    ]
+)
+
+_IMPRESSION_FIELDS = (
+    "impression_id string, user_id string, item_id string, event_time string, "
+    "dense map<string,string>, sparse map<string,string>, weighted_sparse map<string,string>"
+)
+_LABEL_FIELDS = "impression_id string, label_type string, event_time string"
+
+
+def quarantine_table(dataset: str) -> str:
+    return f"{DATABASE}.{validate_name('dataset', dataset)}"
+
+
+def _quoted(column: Column, limit: int = 80) -> Column:
+    """A value for a message: quoted, cut to ``limit`` characters."""
+    text = column.cast("string")
+    return F.concat(F.lit("'"), F.when(F.length(text) > limit, F.concat(F.substring(text, 1, limit), F.lit("..."))
+                                      ).otherwise(text), F.lit("'"))  # fmt: skip
+
+
+Rule = tuple[Column, str, "Column | str"]  # (condition, problem code, reason)
+
+
+def _first_bad_entry(entries: Column, bad: Callable[[Column], Column], what: str, problem: str, code: str) -> Rule:
+    """A rule: the map has a non-null value that is ``bad``; reason "<what> '<key>': '<value>' <problem>"."""
+    found = F.filter(F.map_entries(entries), lambda e: e["value"].isNotNull() & bad(e["value"]))
+    first = F.get(found, 0)
+    message = F.concat(F.lit(f"{what} "), _quoted(first["key"]), F.lit(": "), _quoted(first["value"]), F.lit(f" {problem}"))
+    return F.coalesce(F.size(found), F.lit(0)) > 0, code, message
+
+
+def _problem(valid: Column, rules: Sequence[Rule], fallback: str) -> Column:
+    """Null for a valid record; else ``struct(code, reason)`` of the first rule that holds.
+
+    The rules are evaluated only for invalid records (a CASE's branches are lazy), so the
+    extra parsing that finds the reason costs nothing on good records.
+    """
+    chain = None
+    for condition, code, reason in [*rules, (F.lit(True), "unusable", fallback)]:
+        value = F.struct(F.lit(code).alias("code"), (F.lit(reason) if isinstance(reason, str) else reason).alias("reason"))
+        chain = F.when(condition, value) if chain is None else chain.when(condition, value)
+    return F.when(~valid, chain)
+
+
+def _common_rules(raw: Column, loose: Column, required: Sequence[str]) -> list[Rule]:
+    rules: list[Rule] = [
+        (F.trim(raw) == "", "empty_line", "empty line"),
+        (F.from_json(raw, "map<string,string>").isNull(), "not_json",
+         "not a JSON object (malformed or truncated line)"),
+    ]  # fmt: skip
+    rules += [(loose[name].isNull(), "missing_field", f"missing required field {name}") for name in required]
+    rules.append((loose["event_time"].try_cast("timestamp").isNull(), "bad_timestamp",
+                  F.concat(F.lit("event_time "), _quoted(loose["event_time"]), F.lit(" is not a timestamp"))))  # fmt: skip
+    return rules
+
+
+def _required(names: Sequence[str]) -> Column:
+    valid = F.col(CORRUPT_RECORD_COLUMN).isNull()
+    for name in names:
+        valid = valid & F.col(name).isNotNull()
+    return valid
+
+
+def _with_problem(frame: DataFrame, valid: Column, loose_fields: str, rules: Callable[[Column], list[Rule]],
+                  fallback: str) -> DataFrame:  # fmt: skip
+    """``frame`` with ``_problem``; the raw line of an invalid record is parsed again, loosely, once."""
+    loose = F.col("_loose")
+    with_loose = frame.withColumn("_loose", F.when(~valid, F.from_json(F.col(RAW_COLUMN), loose_fields)))
+    return with_loose.withColumn(PROBLEM_COLUMN, _problem(valid, rules(loose), fallback)).drop("_loose")
+
+
+def with_impression_problem(frame: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+    """``frame`` with ``_problem``: why an impression record of ``ds`` cannot be used (``struct(code, reason)``), or null.
+
+    A usable record parsed, has an ``impression_id`` and an ``event_time`` within ``ds``, and
+    every dense feature is finite in its dtype. ``frame`` has the columns
+    :func:`etl.label_join.flatten_impressions` builds (the typed record and the flattened
+    feature columns); the reason of a record that did not parse is found by parsing its raw
+    line again, loosely, only for that record.
+    """
+    dense = [f for f in registry.logged_features if f.kind is Kind.DENSE]
+    finite = lambda c: ~F.isnan(c) & (F.abs(c) != float("inf"))  # noqa: E731
+    in_ds = F.to_date("event_time") == F.lit(ds).cast("date")
+    valid = _required(["impression_id", "event_time"]) & in_ds
+    for feature in dense:
+        valid = valid & F.coalesce(finite(F.col(feature.name)), F.lit(True))
+
+    return _with_problem(frame, valid, _IMPRESSION_FIELDS, lambda loose: _impression_rules(loose, dense, finite, in_ds, ds),
+                         "not a usable impression record")  # fmt: skip
+
+
+def _impression_rules(loose: Column, dense: Sequence[Feature], finite: Callable[[Column], Column], in_ds: Column,
+                      ds: str) -> list[Rule]:  # fmt: skip
+    rules = _common_rules(F.col(RAW_COLUMN), loose, ["impression_id", "event_time"])
+    for key in ("user_id", "item_id"):
+        rules.append((loose[key].isNotNull() & loose[key].try_cast("bigint").isNull(), "bad_type",
+                      F.concat(F.lit(f"{key} "), _quoted(loose[key]), F.lit(" is not an integer"))))  # fmt: skip
+    rules.append(_first_bad_entry(loose["dense"], lambda v: v.try_cast("double").isNull(),
+                                  "dense feature", "is not a number", "bad_type"))  # fmt: skip
+    rules.append(_first_bad_entry(
+        loose["sparse"], lambda v: F.coalesce(F.exists(F.from_json(v, "array<bigint>"), lambda x: x.isNull()), F.lit(True)),
+        "sparse feature", "is not a list of integer ids", "bad_type",
+    ))  # fmt: skip
+    weighted = "array<struct<id:bigint,weight:double>>"
+    rules.append(_first_bad_entry(
+        loose["weighted_sparse"],
+        lambda v: F.coalesce(F.exists(F.from_json(v, weighted), lambda x: x["id"].isNull() | x["weight"].isNull()),
+                             F.lit(True)),
+        "weighted sparse feature", "is not a list of {id, weight}", "bad_type",
+    ))  # fmt: skip
+    rules.append((F.col(CORRUPT_RECORD_COLUMN).isNotNull(), "bad_type", "does not match the impression format"))
+    rules.append((~in_ds, "outside_ds",
+                  F.concat(F.lit("event_time "), F.col("event_time").cast("string"), F.lit(f" is not in ds {ds}"))))  # fmt: skip
+    for feature in dense:
+        logged = F.coalesce(*[loose["dense"][k] for k in feature.log_keys])
+        rules.append((~finite(F.col(feature.name)), "not_finite",
+                      F.concat(F.lit(f"dense feature '{feature.name}' is not a finite {feature.dtype.value}: "),
+                               _quoted(logged))))  # fmt: skip
+    return rules
+
+
+def with_label_problem(frame: DataFrame, known_types: Sequence[str]) -> DataFrame:
+    """``frame`` (label records) with ``_problem``: why a record cannot be used (``struct(code, reason)``), or null.
+
+    A usable record parsed, has all three fields, and a label type the registry knows.
+    """
+    known = F.col("label_type").isin(list(known_types))
+    valid = _required(["impression_id", "label_type", "event_time"]) & known
+
+    def rules(loose: Column) -> list[Rule]:
+        return [
+            *_common_rules(F.col(RAW_COLUMN), loose, ["impression_id", "label_type", "event_time"]),
+            (F.col(CORRUPT_RECORD_COLUMN).isNotNull(), "bad_type", "does not match the label format"),
+            (~known, "unknown_label_type", F.concat(F.lit("label_type "), _quoted(F.col("label_type")),
+                                                    F.lit(f" is not one of {', '.join(known_types)}"))),
+        ]  # fmt: skip
+
+    return _with_problem(frame, valid, _LABEL_FIELDS, rules, "not a usable label record")
+
+
+def quarantine_rows(bad: DataFrame, every_row: DataFrame, stream: str, run_id: str, now: dt.datetime) -> DataFrame:
+    """The quarantine rows of ``bad`` (rows of ``every_row`` with a ``_problem``), with line numbers."""
+    return line_numbers(bad, every_row).select(
+        F.lit(stream).alias("stream"),
+        "source_file",
+        "split_start",
+        "line",
+        F.col(RAW_COLUMN).alias("raw"),
+        F.col(PROBLEM_COLUMN)["code"].alias("problem"),
+        F.col(PROBLEM_COLUMN)["reason"].alias("reason"),
+        F.lit(run_id).alias("run_id"),
+        F.lit(now).cast("timestamp").alias("quarantined_at"),
+        "ds",
+    )
+
+
+def empty_file_rows(spark: SparkSession, files: Sequence[str], stream: str, ds: str, run_id: str, now: dt.datetime
+                    ) -> DataFrame:  # fmt: skip
+    """One quarantine row per empty file (a logger that wrote nothing), so that it is seen."""
+    rows = [(stream, f, 0, None, "", "empty_file", "empty file", run_id, now, ds) for f in files]
+    return spark.createDataFrame(rows, SCHEMA)
+
+
+def write_quarantine(spark: SparkSession, dataset: str, day: dt.date, rows: DataFrame, *, empty: bool) -> str:
+    """Replace ds ``day``'s rows of the dataset's quarantine table with ``rows`` in one commit; return the table.
+
+    ``empty``: ``rows`` has none, so nothing is written unless an earlier run left rows of ``day``.
+    """
+    table = quarantine_table(dataset)
+    create_if_missing(spark, table, lambda: DeltaTable.createIfNotExists(spark).tableName(table).addColumns(SCHEMA)
+                      .partitionedBy("ds").execute())  # fmt: skip
+    if not empty or not spark.table(table).where(F.col("ds") == format_ds(day)).isEmpty():
+        replace_partition(spark, table, rows, format_ds(day))
+    return table
