@@ -23,7 +23,14 @@ Rules (the contract every training sample relies on):
 * New registry features become new columns (partitions written before read
   null); renames and drops wait for ``featurehouse features apply``.
 * The label partitions must be closed (``_SUCCESS``) unless ``--allow-open-window``.
-* The ds is replaced atomically (one Delta commit); no other ds is touched.
+* Records that cannot be used (unparseable, wrong types, missing fields, event times outside
+  ``ds``, non-finite dense values, unknown label types) and empty files are quarantined with
+  their file, line and reason (``etl/quarantine.py``); more than ``max_bad_fraction`` of them
+  refuses the ds before anything is staged.
+* Write, audit, publish (``warehouse/publish.py``): the rows are staged in a table of this run,
+  validated with the registry's Great Expectations suite, and only a passing ds replaces its
+  partition of the feature table, atomically (one Delta commit); no other ds is touched. A
+  refused ds keeps its staging table and report, and raises :class:`DataRefusedError` (exit 3).
 """
 
 from __future__ import annotations
@@ -55,9 +62,11 @@ from etl.landing import (
     read_labels,
 )
 from etl.quarantine import (
-    PROBLEM_COLUMN,
     empty_file_rows,
     quarantine_rows,
+    VALID_COLUMN,
+    impression_valid,
+    label_valid,
     with_impression_problem,
     with_label_problem,
     write_quarantine,
@@ -259,9 +268,9 @@ def unknown_feature_keys(registry: DatasetRegistry) -> Column:
 def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
     """Parsed impression records as flat rows: keys, features (derived ones computed), and what the summary counts.
 
-    ``_problem``: null for a usable record, else why not (:func:`etl.quarantine.impression_problem`);
-    ``_raw`` (the line), ``source_file``, ``split_start`` and ``_row_id`` say where it came from
-    (``_raw`` is kept for bad records only). ``_unknown``: logged feature names not in the registry.
+    ``_valid``: whether the record is usable (:func:`etl.quarantine.impression_valid`); ``_raw``
+    (the line), ``source_file``, ``split_start`` and ``_row_id`` say where it came from (``_raw`` is
+    kept for bad records only). ``_unknown``: logged feature names not in the registry.
     """
     day = parse_ds(ds)
     flat = records.select(
@@ -278,10 +287,8 @@ def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str) 
         ROW_ID_COLUMN,
         "ds",
     )
-    flat = with_impression_problem(flat, registry, ds)
-    flat = flat.withColumn(RAW_COLUMN, F.when(F.col(PROBLEM_COLUMN).isNotNull(), F.col(RAW_COLUMN))).drop(
-        CORRUPT_RECORD_COLUMN
-    )
+    flat = flat.withColumn(VALID_COLUMN, impression_valid(registry, ds))
+    flat = flat.withColumn(RAW_COLUMN, F.when(~F.col(VALID_COLUMN), F.col(RAW_COLUMN)))
     return add_derived(flat, registry, day)
 
 
@@ -386,34 +393,42 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     flat = flatten_impressions(read_impressions(spark, landing, [config.ds]), registry, ds).persist(
         StorageLevel.MEMORY_AND_DISK
     )
-    raw_labels = with_label_problem(
-        read_labels(spark, landing, present_days) if present_days else empty_labels(spark), known_types
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    labels = raw_labels.where(F.col(PROBLEM_COLUMN).isNull())
+    raw_labels = read_labels(spark, landing, present_days) if present_days else empty_labels(spark)
+    raw_labels = raw_labels.withColumn(VALID_COLUMN, label_valid(known_types))
+    raw_labels = raw_labels.withColumn(RAW_COLUMN, F.when(~F.col(VALID_COLUMN), F.col(RAW_COLUMN))).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    is_bad = ~F.col(VALID_COLUMN)
+    labels = raw_labels.where(~is_bad)
     this_day_labels = raw_labels.where(F.col("ds") == ds)
 
     say(f"{config.dataset} ds={ds}: quarantining bad records")
-    bad = is_bad = F.col(PROBLEM_COLUMN).isNotNull()
     label_dir = [landing.partition(Stream.LABELS, config.ds)] if config.ds in present_days else []
-    quarantine = (
-        quarantine_rows(flat.where(bad), flat, Stream.IMPRESSIONS.value, run_id, now)
-        .unionByName(quarantine_rows(this_day_labels.where(bad), raw_labels, Stream.LABELS.value, run_id, now))
-        .unionByName(empty_file_rows(spark, empty_files(spark, [impression_dir]), Stream.IMPRESSIONS.value, ds, run_id, now))
-        .unionByName(empty_file_rows(spark, empty_files(spark, label_dir), Stream.LABELS.value, ds, run_id, now))
-    )
-    problems: dict[str, int] = {}
-    quarantined = {Stream.IMPRESSIONS.value: 0, Stream.LABELS.value: 0}
-    for row in quarantine.groupBy("stream", "problem").count().collect():
-        problems[row["problem"]] = problems.get(row["problem"], 0) + row["count"]
-        if row["problem"] != "empty_file":
-            quarantined[row["stream"]] += row["count"]
-    q_table = write_quarantine(spark, config.dataset, config.ds, quarantine, empty=not problems)
+    empties = {Stream.IMPRESSIONS.value: empty_files(spark, [impression_dir]),
+               Stream.LABELS.value: empty_files(spark, label_dir)}  # fmt: skip
+    bad_impressions, bad_labels = flat.where(is_bad), this_day_labels.where(is_bad)
     imp_stats = flat.agg(
         F.count(F.lit(1)).alias("read"),
+        F.count_if(is_bad).alias("bad"),
         F.sum(F.when(~is_bad, F.size("_unknown")).otherwise(0)).alias("unknown_values"),
         F.array_distinct(F.flatten(F.collect_set(F.when(~is_bad, F.col("_unknown"))))).alias("unknown_names"),
     ).first()
-    label_records = this_day_labels.count()
+    label_day = this_day_labels.agg(F.count(F.lit(1)).alias("read"), F.count_if(is_bad).alias("bad")).first()
+    label_records = int(label_day["read"])
+    quarantined = {Stream.IMPRESSIONS.value: int(imp_stats["bad"]), Stream.LABELS.value: int(label_day["bad"])}
+    problems: dict[str, int] = {}
+    quarantine = empty_file_rows(spark, [], Stream.IMPRESSIONS.value, ds, run_id, now)
+    if any(quarantined.values()) or any(empties.values()):  # reasons are worked out only when there are bad records
+        quarantine = (
+            quarantine_rows(with_impression_problem(bad_impressions, registry, ds), flat, Stream.IMPRESSIONS.value,
+                            run_id, now)
+            .unionByName(quarantine_rows(with_label_problem(bad_labels, known_types), raw_labels, Stream.LABELS.value,
+                                         run_id, now))
+            .unionByName(empty_file_rows(spark, empties[Stream.IMPRESSIONS.value], Stream.IMPRESSIONS.value, ds, run_id, now))
+            .unionByName(empty_file_rows(spark, empties[Stream.LABELS.value], Stream.LABELS.value, ds, run_id, now))
+        )  # fmt: skip
+        problems = {r["problem"]: r["count"] for r in quarantine.groupBy("problem").count().collect()}
+    q_table = write_quarantine(spark, config.dataset, config.ds, quarantine, empty=not problems)
 
     def partial_summary() -> str:
         return (f"label join {config.dataset} ds={ds}: refused before staging; {imp_stats['read']:,} impression records "
@@ -540,7 +555,9 @@ def config_from_args(ns: argparse.Namespace) -> LabelJoinConfig:
 def parse_args(argv: Sequence[str] | None = None) -> LabelJoinConfig:
     parser = argparse.ArgumentParser(
         prog="featurehouse label-join",
-        description="Join one day of impressions with their delayed labels into the Delta table featurehouse.<dataset>.",
+        description="Join one day of impressions with their delayed labels into the Delta table featurehouse.<dataset>: "
+        "bad records are quarantined, the day is staged, validated by the quality gate and published only if it "
+        "passes (exit 3 when the data is refused).",
     )
     add_arguments(parser)
     return config_from_args(parser.parse_args(argv))

@@ -37,6 +37,7 @@ from warehouse.tables import create_if_missing, replace_partition
 
 DATABASE = "featurehouse_quarantine"
 PROBLEM_COLUMN = "_problem"
+VALID_COLUMN = "_valid"
 
 SCHEMA = T.StructType(
     [
@@ -82,17 +83,13 @@ def _first_bad_entry(entries: Column, bad: Callable[[Column], Column], what: str
     return F.coalesce(F.size(found), F.lit(0)) > 0, code, message
 
 
-def _problem(valid: Column, rules: Sequence[Rule], fallback: str) -> Column:
-    """Null for a valid record; else ``struct(code, reason)`` of the first rule that holds.
-
-    The rules are evaluated only for invalid records (a CASE's branches are lazy), so the
-    extra parsing that finds the reason costs nothing on good records.
-    """
+def _problem(rules: Sequence[Rule], fallback: str) -> Column:
+    """``struct(code, reason)`` of the first rule that holds (``fallback`` if none does)."""
     chain = None
     for condition, code, reason in [*rules, (F.lit(True), "unusable", fallback)]:
         value = F.struct(F.lit(code).alias("code"), (F.lit(reason) if isinstance(reason, str) else reason).alias("reason"))
         chain = F.when(condition, value) if chain is None else chain.when(condition, value)
-    return F.when(~valid, chain)
+    return chain
 
 
 def _common_rules(raw: Column, loose: Column, required: Sequence[str]) -> list[Rule]:
@@ -114,31 +111,45 @@ def _required(names: Sequence[str]) -> Column:
     return valid
 
 
-def _with_problem(frame: DataFrame, valid: Column, loose_fields: str, rules: Callable[[Column], list[Rule]],
-                  fallback: str) -> DataFrame:  # fmt: skip
-    """``frame`` with ``_problem``; the raw line of an invalid record is parsed again, loosely, once."""
-    loose = F.col("_loose")
-    with_loose = frame.withColumn("_loose", F.when(~valid, F.from_json(F.col(RAW_COLUMN), loose_fields)))
-    return with_loose.withColumn(PROBLEM_COLUMN, _problem(valid, rules(loose), fallback)).drop("_loose")
+def _with_problem(bad: DataFrame, loose_fields: str, rules: Callable[[Column], list[Rule]], fallback: str) -> DataFrame:
+    """``bad`` (records known unusable) with ``_problem``; each raw line is parsed again, loosely, once.
+
+    Only bad records get here: finding a reason takes a large expression (a rule per dense
+    feature) that Spark compiles per query, so a day without bad records never builds it.
+    """
+    with_loose = bad.withColumn("_loose", F.from_json(F.col(RAW_COLUMN), loose_fields))
+    return with_loose.withColumn(PROBLEM_COLUMN, _problem(rules(F.col("_loose")), fallback)).drop("_loose")
 
 
-def with_impression_problem(frame: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
-    """``frame`` with ``_problem``: why an impression record of ``ds`` cannot be used (``struct(code, reason)``), or null.
+def _finite(column: Column) -> Column:
+    return ~F.isnan(column) & (F.abs(column) != float("inf"))
 
-    A usable record parsed, has an ``impression_id`` and an ``event_time`` within ``ds``, and
-    every dense feature is finite in its dtype. ``frame`` has the columns
-    :func:`etl.label_join.flatten_impressions` builds (the typed record and the flattened
-    feature columns); the reason of a record that did not parse is found by parsing its raw
-    line again, loosely, only for that record.
+
+def _in_ds(ds: str) -> Column:
+    return F.to_date("event_time") == F.lit(ds).cast("date")
+
+
+def impression_valid(registry: DatasetRegistry, ds: str) -> Column:
+    """Whether an impression record of ``ds`` is usable.
+
+    It parsed, has an ``impression_id`` and an ``event_time`` within ``ds``, and every dense
+    feature is finite in its dtype. Evaluated on the columns
+    :func:`etl.label_join.flatten_impressions` builds (the typed record and the flattened features).
+    """
+    valid = _required(["impression_id", "event_time"]) & _in_ds(ds)
+    for feature in registry.logged_features:
+        if feature.kind is Kind.DENSE:
+            valid = valid & F.coalesce(_finite(F.col(feature.name)), F.lit(True))
+    return F.coalesce(valid, F.lit(False))
+
+
+def with_impression_problem(bad: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+    """``bad`` (unusable impression records of ``ds``) with ``_problem``: why, as ``struct(code, reason)``.
+
+    The reason of a record that did not parse is found by parsing its raw line again, loosely.
     """
     dense = [f for f in registry.logged_features if f.kind is Kind.DENSE]
-    finite = lambda c: ~F.isnan(c) & (F.abs(c) != float("inf"))  # noqa: E731
-    in_ds = F.to_date("event_time") == F.lit(ds).cast("date")
-    valid = _required(["impression_id", "event_time"]) & in_ds
-    for feature in dense:
-        valid = valid & F.coalesce(finite(F.col(feature.name)), F.lit(True))
-
-    return _with_problem(frame, valid, _IMPRESSION_FIELDS, lambda loose: _impression_rules(loose, dense, finite, in_ds, ds),
+    return _with_problem(bad, _IMPRESSION_FIELDS, lambda loose: _impression_rules(loose, dense, _finite, _in_ds(ds), ds),
                          "not a usable impression record")  # fmt: skip
 
 
@@ -172,27 +183,28 @@ def _impression_rules(loose: Column, dense: Sequence[Feature], finite: Callable[
     return rules
 
 
-def with_label_problem(frame: DataFrame, known_types: Sequence[str]) -> DataFrame:
-    """``frame`` (label records) with ``_problem``: why a record cannot be used (``struct(code, reason)``), or null.
+def label_valid(known_types: Sequence[str]) -> Column:
+    """Whether a label record is usable: it parsed, has all three fields, and a label type the registry knows."""
+    valid = _required(["impression_id", "label_type", "event_time"]) & F.col("label_type").isin(list(known_types))
+    return F.coalesce(valid, F.lit(False))
 
-    A usable record parsed, has all three fields, and a label type the registry knows.
-    """
-    known = F.col("label_type").isin(list(known_types))
-    valid = _required(["impression_id", "label_type", "event_time"]) & known
+
+def with_label_problem(bad: DataFrame, known_types: Sequence[str]) -> DataFrame:
+    """``bad`` (unusable label records) with ``_problem``: why, as ``struct(code, reason)``."""
 
     def rules(loose: Column) -> list[Rule]:
         return [
             *_common_rules(F.col(RAW_COLUMN), loose, ["impression_id", "label_type", "event_time"]),
             (F.col(CORRUPT_RECORD_COLUMN).isNotNull(), "bad_type", "does not match the label format"),
-            (~known, "unknown_label_type", F.concat(F.lit("label_type "), _quoted(F.col("label_type")),
-                                                    F.lit(f" is not one of {', '.join(known_types)}"))),
+            (~F.col("label_type").isin(list(known_types)), "unknown_label_type",
+             F.concat(F.lit("label_type "), _quoted(F.col("label_type")), F.lit(f" is not one of {', '.join(known_types)}"))),
         ]  # fmt: skip
 
-    return _with_problem(frame, valid, _LABEL_FIELDS, rules, "not a usable label record")
+    return _with_problem(bad, _LABEL_FIELDS, rules, "not a usable label record")
 
 
 def quarantine_rows(bad: DataFrame, every_row: DataFrame, stream: str, run_id: str, now: dt.datetime) -> DataFrame:
-    """The quarantine rows of ``bad`` (rows of ``every_row`` with a ``_problem``), with line numbers."""
+    """The quarantine rows of ``bad`` (rows of ``every_row``, with a ``_problem``), with line numbers."""
     return line_numbers(bad, every_row).select(
         F.lit(stream).alias("stream"),
         "source_file",

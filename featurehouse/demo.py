@@ -1,12 +1,16 @@
 """``featurehouse demo``: the main job, end to end on the embedded default.
 
-1. generate N days (default 7) of seeded impression and label logs into the landing zone;
+1. generate N days (default 7) of seeded impression and label logs into the landing zone, plus
+   one more day logged by a broken release, and plant malformed records into day 2
+   (``featurehouse/demo_faults.py``);
 2. drop what an earlier run left of the dataset (its table and catalog rows), sync the
    registry into the feature catalog, then label-join each day into the Delta
    table ``featurehouse.<dataset>`` (one Spark session), evolving the schema on the way
    as the registry's history says (``featurehouse/demo_catalog.py``): a feature added on
    day 3, a rename on day 4, a deprecation on day 5, derived features on day 6 that are
-   backfilled into days 1-5; each change shown by ``features diff`` and run by ``features apply``;
+   backfilled into days 1-5; each change shown by ``features diff`` and run by ``features apply``.
+   Every day goes through the quarantine and the quality gate: day 2's bad records are
+   quarantined and the day published; the broken release's day fails the gate and is not published;
 3. compute every partition's feature statistics into the catalog;
 4. read the demo training job ``jobs/ctr_demo.yaml`` through the reader (no JVM) and record it;
 5. train DLRM on days 1-6 and evaluate on day 7 with two jobs that read different features
@@ -28,7 +32,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from featurehouse.demo_catalog import CATALOG_QUESTIONS, dump, registry_as_of
-from schemas.errors import run_command
+from featurehouse.demo_faults import break_release, plant_malformed
+from schemas.errors import DataRefusedError, run_command
 from schemas.names import parse_ds, validate_name
 from warehouse.jobs import add_common_arguments, common_settings, stderr_progress
 
@@ -85,7 +90,7 @@ def run(config: DemoConfig) -> None:
             dataset=config.dataset,
             registry_dir=config.registry_dir,
             start=config.start,
-            days=config.days,
+            days=config.days + 1,  # the last one is logged by a broken release (demo_faults.py)
             impressions_per_day=config.impressions_per_day,
             seed=config.seed,
         ),
@@ -96,10 +101,14 @@ def run(config: DemoConfig) -> None:
     staged_dir = config.home / "registry"
     staged_dir.mkdir(parents=True, exist_ok=True)
     days = [config.start + dt.timedelta(days=i) for i in range(config.days)]
+    broken = config.start + dt.timedelta(days=config.days)
+    landing = config.home / "landing"
+    faults = (plant_malformed(landing, days[1]) if len(days) > 1 else []) + break_release(landing, broken, seed=config.seed)
+    say("planted faults (featurehouse/demo_faults.py)", "\n".join(f"  {fault}" for fault in faults))
     with spark_session(config.home, conf=config.spark_conf) as spark:
-        _start_from_scratch(spark, config.dataset)
+        _start_from_scratch(spark, config.dataset, config.home)
         previous = None
-        for i, day in enumerate(days):
+        for i, day in enumerate([*days, broken]):
             staged = registry_as_of(final, day, rename_on=config.start + dt.timedelta(days=3))
             if staged != previous:
                 (staged_dir / f"{config.dataset}.yaml").write_text(dump(staged, day))
@@ -113,13 +122,16 @@ def run(config: DemoConfig) -> None:
                     say("featurehouse features apply", evolution.apply(spark, registry).format())
                     _backfill_new(spark, registry, previous, config, staged_dir, first=days[0], last=day)
                 previous = staged
-            stderr_progress(f"label join {i + 1}/{config.days}: ds={day}")
-            summary = label_join.run(
-                spark,
-                label_join.LabelJoinConfig(dataset=config.dataset, ds=day, home=config.home, registry_dir=staged_dir),
-                progress=stderr_progress,
-            )
-            print(summary.format(), "", sep="\n", flush=True)
+            stderr_progress(f"label join {i + 1}/{config.days + 1}: ds={day}")
+            try:
+                summary = label_join.run(
+                    spark,
+                    label_join.LabelJoinConfig(dataset=config.dataset, ds=day, home=config.home, registry_dir=staged_dir),
+                    progress=stderr_progress,
+                )
+                print(summary.format(), "", sep="\n", flush=True)
+            except DataRefusedError as refused:  # the broken release's day: shown, not published
+                print(refused.details, f"error: {refused}", "", sep="\n", flush=True)
         stats = catalog.run(
             spark,
             catalog.CatalogConfig(
@@ -161,21 +173,30 @@ def _train(spark: SparkSession, config: DemoConfig, staged_dir: Path) -> None:
         say(f"featurehouse train --job {path.relative_to(path.parent.parent)}", "\n".join(lines))
 
 
-def _start_from_scratch(spark: SparkSession, dataset: str) -> None:
+def _start_from_scratch(spark: SparkSession, dataset: str, home: Path) -> None:
     """Drop what an earlier demo run left of ``dataset``: the demo replays its registry's history from nothing."""
+    import shutil
+
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from schemas.catalog import FEATURE_STATS, FEATURE_USAGE, FEATURES, catalog_table
+    from etl.quarantine import quarantine_table
+    from schemas.catalog import FEATURE_STATS, FEATURE_USAGE, FEATURES, QUALITY_GATE, catalog_table
+    from warehouse.publish import STAGING_DATABASE
     from warehouse.tables import table_name
 
-    table = table_name(dataset)
-    if spark.catalog.tableExists(table):
-        stderr_progress(f"dropping {table} and its catalog rows, left by an earlier demo run")
-        spark.sql(f"DROP TABLE {table}")
-    for name in (FEATURES, FEATURE_STATS, FEATURE_USAGE):
+    for table in (table_name(dataset), quarantine_table(dataset)):
+        if spark.catalog.tableExists(table):
+            stderr_progress(f"dropping {table}, left by an earlier demo run")
+            spark.sql(f"DROP TABLE {table}")
+    if spark.catalog.databaseExists(STAGING_DATABASE):
+        for staged in spark.catalog.listTables(STAGING_DATABASE):
+            if staged.name.startswith(f"{dataset}_"):
+                spark.sql(f"DROP TABLE {STAGING_DATABASE}.{staged.name}")
+    for name in (FEATURES, FEATURE_STATS, FEATURE_USAGE, QUALITY_GATE):
         if spark.catalog.tableExists(catalog_table(name)):
             DeltaTable.forName(spark, catalog_table(name)).delete(F.col("dataset") == dataset)
+    shutil.rmtree(home / "quality" / dataset, ignore_errors=True)
 
 
 def say(command: str, output: str) -> None:

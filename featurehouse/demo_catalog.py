@@ -66,6 +66,20 @@ FROM featurehouse_catalog.features
 WHERE dataset = 'ads' AND (status <> 'active' OR renamed_from IS NOT NULL)
 ORDER BY feature""",
     ),
+    (
+        "Which log records were quarantined, and why?",
+        """SELECT ds, stream, problem, count(*) AS records, min(reason) AS example
+FROM featurehouse_quarantine.ads
+GROUP BY ds, stream, problem ORDER BY ds, stream, problem""",
+    ),
+    (
+        "What did the quality gate decide on each partition?",
+        """SELECT ds, decision, expectations, size(failed_expectations) AS failed, rows, table_version,
+       quarantined_impressions AS bad_impressions, quarantined_labels AS bad_labels, decided_by
+FROM featurehouse_catalog.quality_gate
+WHERE dataset = 'ads'
+ORDER BY decided_at""",
+    ),
 )
 
 
