@@ -31,11 +31,12 @@ from pyspark.sql import types as T
 
 from etl.landing import RAW_COLUMN, line_numbers
 from schemas.names import format_ds, validate_name
-from schemas.registry import DatasetRegistry, Feature, Kind
+from schemas.registry import DatasetRegistry, DType, Feature, Kind
 from schemas.spark import CORRUPT_RECORD_COLUMN
 from warehouse.tables import create_if_missing, replace_partition
 
 DATABASE = "featurehouse_quarantine"
+FLOAT32_MAX = 3.4028234663852886e38
 PROBLEM_COLUMN = "_problem"
 VALID_COLUMN = "_valid"
 
@@ -75,9 +76,10 @@ def _quoted(column: Column, limit: int = 80) -> Column:
 Rule = tuple[Column, str, "Column | str"]  # (condition, problem code, reason)
 
 
-def _first_bad_entry(entries: Column, bad: Callable[[Column], Column], what: str, problem: str, code: str) -> Rule:
-    """A rule: the map has a non-null value that is ``bad``; reason "<what> '<key>': '<value>' <problem>"."""
-    found = F.filter(F.map_entries(entries), lambda e: e["value"].isNotNull() & bad(e["value"]))
+def _first_bad_entry(entries: Column, bad: Callable[[Column, Column], Column], what: str, problem: str, code: str
+                     ) -> Rule:  # fmt: skip
+    """A rule: the map has a non-null value that is ``bad(value, key)``; reason "<what> '<key>': '<value>' <problem>"."""
+    found = F.filter(F.map_entries(entries), lambda e: e["value"].isNotNull() & bad(e["value"], e["key"]))
     first = F.get(found, 0)
     message = F.concat(F.lit(f"{what} "), _quoted(first["key"]), F.lit(": "), _quoted(first["value"]), F.lit(f" {problem}"))
     return F.coalesce(F.size(found), F.lit(0)) > 0, code, message
@@ -149,37 +151,41 @@ def with_impression_problem(bad: DataFrame, registry: DatasetRegistry, ds: str) 
     The reason of a record that did not parse is found by parsing its raw line again, loosely.
     """
     dense = [f for f in registry.logged_features if f.kind is Kind.DENSE]
-    return _with_problem(bad, _IMPRESSION_FIELDS, lambda loose: _impression_rules(loose, dense, _finite, _in_ds(ds), ds),
+    return _with_problem(bad, _IMPRESSION_FIELDS, lambda loose: _impression_rules(loose, dense, _in_ds(ds), ds),
                          "not a usable impression record")  # fmt: skip
 
 
-def _impression_rules(loose: Column, dense: Sequence[Feature], finite: Callable[[Column], Column], in_ds: Column,
-                      ds: str) -> list[Rule]:  # fmt: skip
+def _impression_rules(loose: Column, dense: Sequence[Feature], in_ds: Column, ds: str) -> list[Rule]:
     rules = _common_rules(F.col(RAW_COLUMN), loose, ["impression_id", "event_time"])
     for key in ("user_id", "item_id"):
         rules.append((loose[key].isNotNull() & loose[key].try_cast("bigint").isNull(), "bad_type",
                       F.concat(F.lit(f"{key} "), _quoted(loose[key]), F.lit(" is not an integer"))))  # fmt: skip
-    rules.append(_first_bad_entry(loose["dense"], lambda v: v.try_cast("double").isNull(),
+    rules.append(_first_bad_entry(loose["dense"], lambda v, _key: v.try_cast("double").isNull(),
                                   "dense feature", "is not a number", "bad_type"))  # fmt: skip
     rules.append(_first_bad_entry(
-        loose["sparse"], lambda v: F.coalesce(F.exists(F.from_json(v, "array<bigint>"), lambda x: x.isNull()), F.lit(True)),
+        loose["sparse"], lambda v, _key: F.coalesce(F.exists(F.from_json(v, "array<bigint>"), lambda x: x.isNull()), F.lit(True)),
         "sparse feature", "is not a list of integer ids", "bad_type",
     ))  # fmt: skip
     weighted = "array<struct<id:bigint,weight:double>>"
     rules.append(_first_bad_entry(
         loose["weighted_sparse"],
-        lambda v: F.coalesce(F.exists(F.from_json(v, weighted), lambda x: x["id"].isNull() | x["weight"].isNull()),
+        lambda v, _key: F.coalesce(F.exists(F.from_json(v, weighted), lambda x: x["id"].isNull() | x["weight"].isNull()),
                              F.lit(True)),
         "weighted sparse feature", "is not a list of {id, weight}", "bad_type",
     ))  # fmt: skip
     rules.append((F.col(CORRUPT_RECORD_COLUMN).isNotNull(), "bad_type", "does not match the impression format"))
     rules.append((~in_ds, "outside_ds",
                   F.concat(F.lit("event_time "), F.col("event_time").cast("string"), F.lit(f" is not in ds {ds}"))))  # fmt: skip
-    for feature in dense:
-        logged = F.coalesce(*[loose["dense"][k] for k in feature.log_keys])
-        rules.append((~finite(F.col(feature.name)), "not_finite",
-                      F.concat(F.lit(f"dense feature '{feature.name}' is not a finite {feature.dtype.value}: "),
-                               _quoted(logged))))  # fmt: skip
+    # One rule over the logged map, not one per feature: the expression stays small to compile.
+    float32_keys = F.array(*[F.lit(k) for f in dense if f.dtype is DType.FLOAT32 for k in f.log_keys])
+    dense_keys = F.array(*[F.lit(k) for f in dense for k in f.log_keys])
+    rules.append(_first_bad_entry(
+        loose["dense"],
+        lambda v, k: F.array_contains(dense_keys, k) & ~F.coalesce(
+            _finite(v.try_cast("double"))
+            & ((F.abs(v.try_cast("double")) <= FLOAT32_MAX) | ~F.array_contains(float32_keys, k)), F.lit(True)),
+        "dense feature", "is not a finite number of its dtype", "not_finite",
+    ))  # fmt: skip
     return rules
 
 
@@ -229,11 +235,13 @@ def empty_file_rows(spark: SparkSession, files: Sequence[str], stream: str, ds: 
 def write_quarantine(spark: SparkSession, dataset: str, day: dt.date, rows: DataFrame, *, empty: bool) -> str:
     """Replace ds ``day``'s rows of the dataset's quarantine table with ``rows`` in one commit; return the table.
 
-    ``empty``: ``rows`` has none, so nothing is written unless an earlier run left rows of ``day``.
+    ``empty``: ``rows`` has none, so nothing is written unless an earlier run left rows of ``day``
+    (a clean day neither creates the table nor commits to it).
     """
     table = quarantine_table(dataset)
+    if empty and (not spark.catalog.tableExists(table) or spark.table(table).where(F.col("ds") == format_ds(day)).isEmpty()):
+        return table  # nothing to keep, nothing to clear (the table is created by the first bad record)
     create_if_missing(spark, table, lambda: DeltaTable.createIfNotExists(spark).tableName(table).addColumns(SCHEMA)
                       .partitionedBy("ds").execute())  # fmt: skip
-    if not empty or not spark.table(table).where(F.col("ds") == format_ds(day)).isEmpty():
-        replace_partition(spark, table, rows, format_ds(day))
+    replace_partition(spark, table, rows, format_ds(day))
     return table

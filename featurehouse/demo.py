@@ -83,7 +83,8 @@ def run(config: DemoConfig) -> None:
     from warehouse.session import spark_session
 
     started = time.monotonic()
-    stderr_progress(f"generating {config.days} days x {config.impressions_per_day:,} impressions under {config.home}")
+    stderr_progress(f"generating {config.days + 1} days x {config.impressions_per_day:,} impressions under {config.home} "
+                    "(the last day as a broken release logs it)")
     gen_summary = generate.run(
         generate.GenerateConfig(
             home=config.home,

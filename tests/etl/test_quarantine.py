@@ -35,7 +35,7 @@ BAD_IMPRESSIONS = [
     (json.dumps(imp("month13", "2026-13-45T01:00:00Z")), "bad_timestamp", "event_time '2026-13-45T01:00:00Z' is not a timestamp"),
     (json.dumps(imp("skew", "2026-10-31T23:59:00Z")), "outside_ds", "is not in ds 2026-11-01"),
     (json.dumps({**imp("huge", "2026-11-01T01:00:00Z"), "dense": {"user_ctr_7d": 1e300}}), "not_finite",
-     "dense feature 'user_ctr_7d' is not a finite float32"),
+     "dense feature 'user_ctr_7d': '1.0E300' is not a finite number of its dtype"),
 ]
 BAD_LABELS = [
     ('{"impression_id": "good-1", "label_type": ', "not_json", "not a JSON object"),
