@@ -39,7 +39,7 @@ import argparse
 import datetime as dt
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -353,18 +353,63 @@ def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, da
     return result
 
 
-def _check_bad_fraction(summary_of: Callable[[], str], config: LabelJoinConfig, limit: float,
-                        counts: Sequence[tuple[str, int, int]], table: str) -> None:  # fmt: skip
-    """Refuse the ds when a stream's quarantined share is over ``limit`` (the records are in the quarantine)."""
-    for stream, read, bad in counts:
-        if read and bad / read > limit:
+@dataclass(frozen=True)
+class _Quarantined:
+    """What the quarantine step found: the day's record counts, bad records by stream and by problem."""
+
+    impressions_read: int
+    label_records: int
+    bad: Mapping[str, int]  # stream -> bad records (empty files not counted)
+    problems: Mapping[str, int]  # problem code -> quarantined rows (empty files included)
+    table: str
+    unknown_features: tuple[str, ...]
+    unknown_feature_values: int
+
+
+def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetRegistry, landing: Landing,
+                flat: DataFrame, raw_labels: DataFrame, run_id: str, now: dt.datetime) -> _Quarantined:  # fmt: skip
+    """Count the day's records and bad records, and replace the day's quarantine rows with its bad ones."""
+    ds = format_ds(config.ds)
+    is_bad = ~F.col(VALID_COLUMN)
+    this_day_labels = raw_labels.where(F.col("ds") == ds)
+    imp_stats = flat.agg(
+        F.count(F.lit(1)).alias("read"),
+        F.count_if(is_bad).alias("bad"),
+        F.sum(F.when(~is_bad, F.size("_unknown")).otherwise(0)).alias("unknown_values"),
+        F.array_distinct(F.flatten(F.collect_set(F.when(~is_bad, F.col("_unknown"))))).alias("unknown_names"),
+    ).first()
+    label_day = this_day_labels.agg(F.count(F.lit(1)).alias("read"), F.count_if(is_bad).alias("bad")).first()
+    bad = {Stream.IMPRESSIONS.value: int(imp_stats["bad"]), Stream.LABELS.value: int(label_day["bad"])}
+    empties = {stream.value: empty_files(spark, [landing.partition(stream, config.ds)]) for stream in Stream}
+    rows = empty_file_rows(spark, [], Stream.IMPRESSIONS.value, ds, run_id, now)
+    problems: dict[str, int] = {}
+    if any(bad.values()) or any(empties.values()):  # reasons are worked out only when there are bad records
+        known_types = [label.name for label in registry.labels]
+        rows = (
+            quarantine_rows(with_impression_problem(flat.where(is_bad), registry, ds), flat, Stream.IMPRESSIONS.value,
+                            run_id, now)
+            .unionByName(quarantine_rows(with_label_problem(this_day_labels.where(is_bad), known_types), raw_labels,
+                                         Stream.LABELS.value, run_id, now))
+            .unionByName(empty_file_rows(spark, empties[Stream.IMPRESSIONS.value], Stream.IMPRESSIONS.value, ds, run_id, now))
+            .unionByName(empty_file_rows(spark, empties[Stream.LABELS.value], Stream.LABELS.value, ds, run_id, now))
+        )  # fmt: skip
+        problems = {r["problem"]: r["count"] for r in rows.groupBy("problem").count().collect()}
+    table = write_quarantine(spark, config.dataset, config.ds, rows, empty=not problems)
+    found = _Quarantined(int(imp_stats["read"]), int(label_day["read"]), bad, problems, table,
+                         tuple(sorted(imp_stats["unknown_names"] or [])), int(imp_stats["unknown_values"] or 0))  # fmt: skip
+    limit = registry.quality.max_bad_fraction if config.max_bad_fraction is None else config.max_bad_fraction
+    for stream, read in ((Stream.IMPRESSIONS.value, found.impressions_read), (Stream.LABELS.value, found.label_records)):
+        if read and bad[stream] / read > limit:
             raise DataRefusedError(
-                f"{bad:,} of {read:,} {stream} records of ds {format_ds(config.ds)} ({bad / read:.2%}) are malformed, "
+                f"{bad[stream]:,} of {read:,} {stream} records of ds {ds} ({bad[stream] / read:.2%}) are malformed, "
                 f"more than the {limit:.2%} allowed; nothing was staged or published. They are in {table} "
-                f"(SELECT problem, reason, source_file, line FROM {table} WHERE ds = '{format_ds(config.ds)}'); fix the "
+                f"(SELECT problem, reason, source_file, line FROM {table} WHERE ds = '{ds}'); fix the "
                 "logs and rerun, or allow more with --max-bad-fraction (or quality.max_bad_fraction in the registry)",
-                details=summary_of(),
+                details=f"label join {config.dataset} ds={ds}: refused before staging; {found.impressions_read:,} "
+                f"impression records ({bad['impressions']:,} bad), {found.label_records:,} label records "
+                f"({bad['labels']:,} bad) -> {table}, run {run_id}",
             )
+    return found
 
 
 def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | None = None) -> LabelJoinSummary:
@@ -389,7 +434,6 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     now = dt.datetime.now(dt.UTC)
 
     say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(days[0])} .. {format_ds(days[-1])}")
-    impression_dir = landing.partition(Stream.IMPRESSIONS, config.ds)
     flat = flatten_impressions(read_impressions(spark, landing, [config.ds]), registry, ds).persist(
         StorageLevel.MEMORY_AND_DISK
     )
@@ -398,52 +442,14 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     raw_labels = raw_labels.withColumn(RAW_COLUMN, F.when(~F.col(VALID_COLUMN), F.col(RAW_COLUMN))).persist(
         StorageLevel.MEMORY_AND_DISK
     )
-    is_bad = ~F.col(VALID_COLUMN)
-    labels = raw_labels.where(~is_bad)
-    this_day_labels = raw_labels.where(F.col("ds") == ds)
+    labels = raw_labels.where(F.col(VALID_COLUMN))
 
     say(f"{config.dataset} ds={ds}: quarantining bad records")
-    label_dir = [landing.partition(Stream.LABELS, config.ds)] if config.ds in present_days else []
-    empties = {Stream.IMPRESSIONS.value: empty_files(spark, [impression_dir]),
-               Stream.LABELS.value: empty_files(spark, label_dir)}  # fmt: skip
-    bad_impressions, bad_labels = flat.where(is_bad), this_day_labels.where(is_bad)
-    imp_stats = flat.agg(
-        F.count(F.lit(1)).alias("read"),
-        F.count_if(is_bad).alias("bad"),
-        F.sum(F.when(~is_bad, F.size("_unknown")).otherwise(0)).alias("unknown_values"),
-        F.array_distinct(F.flatten(F.collect_set(F.when(~is_bad, F.col("_unknown"))))).alias("unknown_names"),
-    ).first()
-    label_day = this_day_labels.agg(F.count(F.lit(1)).alias("read"), F.count_if(is_bad).alias("bad")).first()
-    label_records = int(label_day["read"])
-    quarantined = {Stream.IMPRESSIONS.value: int(imp_stats["bad"]), Stream.LABELS.value: int(label_day["bad"])}
-    problems: dict[str, int] = {}
-    quarantine = empty_file_rows(spark, [], Stream.IMPRESSIONS.value, ds, run_id, now)
-    if any(quarantined.values()) or any(empties.values()):  # reasons are worked out only when there are bad records
-        quarantine = (
-            quarantine_rows(with_impression_problem(bad_impressions, registry, ds), flat, Stream.IMPRESSIONS.value,
-                            run_id, now)
-            .unionByName(quarantine_rows(with_label_problem(bad_labels, known_types), raw_labels, Stream.LABELS.value,
-                                         run_id, now))
-            .unionByName(empty_file_rows(spark, empties[Stream.IMPRESSIONS.value], Stream.IMPRESSIONS.value, ds, run_id, now))
-            .unionByName(empty_file_rows(spark, empties[Stream.LABELS.value], Stream.LABELS.value, ds, run_id, now))
-        )  # fmt: skip
-        problems = {r["problem"]: r["count"] for r in quarantine.groupBy("problem").count().collect()}
-    q_table = write_quarantine(spark, config.dataset, config.ds, quarantine, empty=not problems)
-
-    def partial_summary() -> str:
-        return (f"label join {config.dataset} ds={ds}: refused before staging; {imp_stats['read']:,} impression records "
-                f"({quarantined['impressions']:,} quarantined), {label_records:,} label records "
-                f"({quarantined['labels']:,} quarantined) -> {q_table}, run {run_id}")  # fmt: skip
-
-    limit = registry.quality.max_bad_fraction if config.max_bad_fraction is None else config.max_bad_fraction
-    _check_bad_fraction(partial_summary, config, limit, [
-        (Stream.IMPRESSIONS.value, int(imp_stats["read"]), quarantined["impressions"]),
-        (Stream.LABELS.value, label_records, quarantined["labels"]),
-    ], q_table)  # fmt: skip
+    found = _quarantine(spark, config, registry, landing, flat, raw_labels, run_id, now)
 
     staged = staging_table(config.dataset, config.ds, run_id)
     say(f"{config.dataset} ds={ds}: joining and staging into {staged}")
-    rows_out = stage(spark, feature_rows(dedup_impressions(flat.where(~is_bad)), labels, registry, ds), staged)
+    stage(spark, feature_rows(dedup_impressions(flat.where(F.col(VALID_COLUMN))), labels, registry, ds), staged)
 
     say(f"{config.dataset} ds={ds}: counting")
     partition = spark.table(staged)
@@ -460,8 +466,9 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     known_ids = partition.select("impression_id").unionByName(_impression_ids_before(spark, landing, table, lookback))
     orphans = labels.where(F.col("ds") == ds).join(known_ids, "impression_id", "left_anti").count()
     positives_row = partition.agg(
-        *[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in registry.label_columns]
+        F.count(F.lit(1)).alias("_rows"), *[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in registry.label_columns]
     ).first()
+    rows_out = int(positives_row["_rows"])
     flat.unpersist()
     raw_labels.unpersist()
 
@@ -478,7 +485,7 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         decision=Decision.PUBLISHED if report.success else Decision.REFUSED, staging_table=staged,
         expectations=len(report.checks), failed_expectations=tuple(c.line() for c in report.failures), rows=rows_out,
         decided_by="quality gate", report_path=str(report_path), table_version=commit.version if commit else None,
-        quarantined_impressions=quarantined["impressions"], quarantined_labels=quarantined["labels"],
+        quarantined_impressions=found.bad["impressions"], quarantined_labels=found.bad["labels"],
     ))  # fmt: skip
     summary = LabelJoinSummary(
         dataset=config.dataset,
@@ -487,21 +494,21 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         run_id=run_id,
         label_days=tuple(format_ds(d) for d in days),
         window_open=window_open,
-        impressions_read=int(imp_stats["read"]),
-        quarantined_impressions=quarantined["impressions"],
-        duplicate_impressions=int(imp_stats["read"]) - quarantined["impressions"] - rows_out,
-        label_records=label_records,
-        quarantined_labels=quarantined["labels"],
-        quarantine_table=q_table,
-        problems=problems,
+        impressions_read=found.impressions_read,
+        quarantined_impressions=found.bad["impressions"],
+        duplicate_impressions=found.impressions_read - found.bad["impressions"] - rows_out,
+        label_records=found.label_records,
+        quarantined_labels=found.bad["labels"],
+        quarantine_table=found.table,
+        problems=found.problems,
         rows_out=rows_out,
         positives={label.name: int(positives_row[label.column]) for label in registry.labels},
         labels_matched=int(label_stats["matched"]),
         duplicate_labels=int(label_stats["matched"]) - int(label_stats["distinct_pairs"]),
         labels_outside_window={name: int(label_stats[f"out_{name}"]) for name in known_types},
         orphan_labels=int(orphans),
-        unknown_features=tuple(sorted(imp_stats["unknown_names"] or [])),
-        unknown_feature_values=int(imp_stats["unknown_values"] or 0),
+        unknown_features=found.unknown_features,
+        unknown_feature_values=found.unknown_feature_values,
         staging_table=staged,
         gate=tuple(report.summary_lines()),
         report_path=str(report_path),

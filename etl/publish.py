@@ -115,7 +115,7 @@ def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None
         overridden, by = (), "quality gate"
     say(f"{config.dataset} ds={ds}: publishing {staged} into {table}")
     commit = publish(spark, table, staged, ds)
-    rows = spark.table(staged).count()
+    rows = commit.rows
     decision = Decision.FORCED if config.force else Decision.PUBLISHED
     record(spark, GateRecord(
         dataset=config.dataset, ds=ds, run_id=refused["run_id"], decision=decision, staging_table=staged,

@@ -61,11 +61,10 @@ def staging_table(dataset: str, day: dt.date, run_id: str) -> str:
     return f"{STAGING_DATABASE}.{validate_name('dataset', dataset)}_{day:%Y%m%d}_{check_run_id(run_id)}"
 
 
-def stage(spark: SparkSession, rows: DataFrame, table: str) -> int:
-    """Write ``rows`` as the new Delta table ``table`` (the run's own); return its row count."""
+def stage(spark: SparkSession, rows: DataFrame, table: str) -> None:
+    """Write ``rows`` as the new Delta table ``table`` (the run's own)."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {STAGING_DATABASE}")
     rows.writeTo(table).using("delta").create()
-    return spark.table(table).count()
 
 
 def publish(spark: SparkSession, table: str, staged: str, ds: str, *, tag: str = "") -> CommitMetrics:
