@@ -479,7 +479,6 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     if report.success:
         say(f"{config.dataset} ds={ds}: publishing into {table}")
         commit = publish(spark, table, staged, ds)
-        drop_staging(spark, staged)
     record(spark, GateRecord(
         dataset=config.dataset, ds=ds, run_id=run_id,
         decision=Decision.PUBLISHED if report.success else Decision.REFUSED, staging_table=staged,
@@ -487,6 +486,8 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         decided_by="quality gate", report_path=str(report_path), table_version=commit.version if commit else None,
         quarantined_impressions=found.bad["impressions"], quarantined_labels=found.bad["labels"],
     ))  # fmt: skip
+    if commit is not None:
+        drop_staging(spark, staged)  # after the decision is recorded: a crash before leaves it to inspect
     summary = LabelJoinSummary(
         dataset=config.dataset,
         ds=ds,
