@@ -23,26 +23,34 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from schemas.catalog import CATALOG_DATABASE, CATALOG_TABLES, FEATURES, FEATURES_SCHEMA, catalog_table
 from schemas.registry import DatasetRegistry, Feature
 from warehouse.catalog_views import VIEWS
-from warehouse.tables import overwrite_where
+from warehouse.tables import create_if_missing, overwrite_where
 
 #: The columns of ``features`` that say what a feature is (everything but ``updated_at``).
 _CONTENT = tuple(f.name for f in FEATURES_SCHEMA if f.name != "updated_at")
 
 
-def ensure_catalog(spark: SparkSession) -> None:
-    """Create the catalog database, its Delta tables (if missing) and its views (replaced)."""
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {CATALOG_DATABASE}")
-    for name, (schema, partition_columns) in CATALOG_TABLES.items():
-        if spark.catalog.tableExists(catalog_table(name)):
-            continue
-        builder = (
-            DeltaTable.createIfNotExists(spark)
-            .tableName(catalog_table(name))
-            .addColumns(from_arrow_schema(schema, prefer_timestamp_ntz=False))
+def ensure_catalog_table(spark: SparkSession, name: str) -> str:
+    """Create one catalog table (and the database) from its schema if missing, tolerating a concurrent creator."""
+    table = catalog_table(name)
+    schema, partition_columns = CATALOG_TABLES[name]
+
+    def create() -> None:
+        builder = DeltaTable.createIfNotExists(spark).tableName(table).addColumns(
+            from_arrow_schema(schema, prefer_timestamp_ntz=False)
         )
         if partition_columns:
             builder = builder.partitionedBy(*partition_columns)
         builder.execute()
+
+    create_if_missing(spark, table, create)
+    return table
+
+
+def ensure_catalog(spark: SparkSession) -> None:
+    """Create the catalog database, its Delta tables (if missing) and its views (replaced)."""
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {CATALOG_DATABASE}")
+    for name in CATALOG_TABLES:
+        ensure_catalog_table(spark, name)
     for name, body in VIEWS.items():
         spark.sql(f"CREATE OR REPLACE VIEW {CATALOG_DATABASE}.{name} AS {body.strip()}")
 

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -30,7 +28,8 @@ from schemas.catalog import QUALITY_GATE, QUALITY_GATE_SCHEMA, catalog_table
 from schemas.errors import ConfigError, TableError, first_line
 from schemas.names import format_ds, validate_name
 from warehouse.quality import QualityReport
-from warehouse.tables import CONFLICTS, CommitMetrics, create_if_missing, replace_partition
+from warehouse.catalog import ensure_catalog_table
+from warehouse.tables import CONFLICTS, CommitMetrics, replace_partition, retry_conflicts
 
 STAGING_DATABASE = "featurehouse_staging"
 ATTEMPTS = 4
@@ -67,25 +66,21 @@ def stage(spark: SparkSession, rows: DataFrame, table: str) -> None:
     rows.writeTo(table).using("delta").create()
 
 
-def publish(spark: SparkSession, table: str, staged: str, ds: str, *, tag: str = "") -> CommitMetrics:
+def publish(spark: SparkSession, table: str, staged: str, ds: str) -> CommitMetrics:
     """Replace partition ``ds`` of ``table`` with the staged rows in one Delta commit.
 
     A conflict with a concurrent writer of the same table (Delta's optimistic concurrency)
     is retried: the replace is of the whole ds from the same staged rows, so whichever
     commit lands last, the partition holds exactly one copy of one run's rows.
     """
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return replace_partition(spark, table, spark.table(staged), ds)
-        except CONFLICTS as err:
-            if attempt == ATTEMPTS:
-                raise TableError(
-                    f"publishing ds {ds} of {staged} into {table} lost to concurrent writers {ATTEMPTS} times "
-                    f"({first_line(err)}); nothing was published by this run and {staged} is kept: rerun "
-                    f"`featurehouse publish` for this ds when the other writers are done{tag}"
-                ) from err
-            time.sleep(0.5 * attempt)
-    raise AssertionError("unreachable")
+    try:
+        return retry_conflicts(lambda: replace_partition(spark, table, spark.table(staged), ds), attempts=ATTEMPTS)
+    except CONFLICTS as err:
+        raise TableError(
+            f"publishing ds {ds} of {staged} into {table} lost to concurrent writers {ATTEMPTS} times "
+            f"({first_line(err)}); nothing was published by this run and {staged} is kept: rerun "
+            "`featurehouse publish` for this ds when the other writers are done"
+        ) from err
 
 
 def drop_staging(spark: SparkSession, staged: str) -> None:
@@ -125,19 +120,12 @@ class GateRecord:
 
 def record(spark: SparkSession, entry: GateRecord) -> None:
     """Append one decision to ``featurehouse_catalog.quality_gate`` (created if missing)."""
-    table = catalog_table(QUALITY_GATE)
+    table = ensure_catalog_table(spark, QUALITY_GATE)
     schema = from_arrow_schema(QUALITY_GATE_SCHEMA, prefer_timestamp_ntz=False)
-    create_if_missing(spark, table, lambda: DeltaTable.createIfNotExists(spark).tableName(table).addColumns(schema).execute())
     row = {name: getattr(entry, name) for name in schema.fieldNames()}
     row["failed_expectations"] = list(entry.failed_expectations)
-    for attempt in range(1, ATTEMPTS + 1):  # appends conflict only with a metadata change; retry those
-        try:
-            spark.createDataFrame([row], schema).writeTo(table).append()
-            return
-        except CONFLICTS:
-            if attempt == ATTEMPTS:
-                raise
-            time.sleep(0.5 * attempt)
+    # An append conflicts only with a metadata change; repeating it adds the row once.
+    retry_conflicts(lambda: spark.createDataFrame([row], schema).writeTo(table).append(), attempts=ATTEMPTS)
 
 
 def last_decision(spark: SparkSession, dataset: str, day: dt.date, run_id: str | None = None) -> dict | None:

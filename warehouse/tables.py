@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 from dataclasses import dataclass
 
 from delta.exceptions import (
@@ -30,6 +31,7 @@ from schemas.names import validate_name
 from schemas.registry import PARTITION_COLUMN
 
 DATABASE = "featurehouse"
+T = TypeVar("T")
 #: Delta's optimistic-concurrency conflicts: another writer committed first.
 CONFLICTS = (
     ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException,
@@ -84,6 +86,22 @@ def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition
 def replace_partition(spark: SparkSession, table: str, frame: DataFrame, ds: str) -> CommitMetrics:
     """Atomically replace partition ``ds`` of ``table`` with ``frame`` (one Delta commit)."""
     return overwrite_where(spark, table, frame, F.col(PARTITION_COLUMN) == F.lit(ds))
+
+
+def retry_conflicts(commit: Callable[[], T], *, attempts: int = 4) -> T:
+    """Run ``commit``; when a concurrent writer wins (a Delta conflict), wait a little and run it again.
+
+    Only for commits that are safe to repeat (a replace of a whole ds, an append of one
+    row); the last conflict is raised.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return commit()
+        except CONFLICTS:
+            if attempt == attempts:
+                raise
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
 
 
 def create_if_missing(spark: SparkSession, table: str, create: Callable[[], object], *, attempts: int = 4) -> None:
