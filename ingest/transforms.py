@@ -11,7 +11,8 @@ Dense (computed in float64, returned as float32):
 
 * ``{fill: v}``: nulls and NaN become ``v``. The registry's ``fill_value`` is appended as a
   last fill unless the list already ends with one, so a dense output never holds a null.
-* ``{clamp: [lo, hi]}``: values below ``lo`` become ``lo``, above ``hi`` become ``hi``.
+* ``{clamp: [lo, hi]}``: values below ``lo`` become ``lo``, above ``hi`` become ``hi``; a ``null``
+  bound is none on that side (``{clamp: [0, null]}`` turns negatives into 0).
 * ``log1p``: ``log(1 + x)``. Values must be > -1 when it runs; a value <= -1 is refused
   when the data is seen, so put ``{clamp: [0, ...]}`` (or any lo > -1) before it.
 * ``{standardize: {mean: m, stddev: s}}``: ``(x - m) / s`` with ``s > 0``. Bare ``standardize``
@@ -236,9 +237,13 @@ def _parse_fill(arg: Any) -> Transform | str:
 
 
 def _parse_clamp(arg: Any) -> Transform | str:
-    bounds = [_number(b) for b in arg] if isinstance(arg, list | tuple) and len(arg) == 2 else [None]
+    """``[lo, hi]``; a null bound is no bound on that side (``[0, null]``: negatives become 0)."""
+    pair = isinstance(arg, list | tuple) and len(arg) == 2 and list(arg) != [None, None]
+    edges = (-math.inf, math.inf)
+    bounds = [_number(b) if b is not None else edge for b, edge in zip(arg, edges, strict=True)] if pair else [None]
     if None in bounds or bounds[0] > bounds[1]:
-        return f"clamp takes [lo, hi] with finite numbers lo <= hi, found {arg!r}; write {{clamp: [0, 1]}}"
+        return (f"clamp takes [lo, hi] with finite numbers lo <= hi (null for no bound on one side), found {arg!r}; "
+                "write {clamp: [0, 1]} or {clamp: [0, null]}")  # fmt: skip
     return Clamp(*bounds)
 
 

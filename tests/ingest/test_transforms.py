@@ -89,7 +89,10 @@ def test_parse_sparse_adds_nothing():
         (DENSE, [{"fill": True}], r"fill takes a finite number, found True"),
         (DENSE, [{"fill": math.nan}], r"fill takes a finite number, found nan"),
         (DENSE, ["fill"], r"transforms\[0\] 'fill' needs an argument"),
-        (DENSE, [{"clamp": [1, 0]}], r"clamp takes \[lo, hi\] with finite numbers lo <= hi, found \[1, 0\]"),
+        (DENSE, [{"clamp": [1, 0]}], r"clamp takes \[lo, hi\] with finite numbers lo <= hi \(null for no bound on one "
+                                      r"side\), found \[1, 0\]"),
+        (DENSE, [{"clamp": [None, None]}], r"clamp takes \[lo, hi\].*found \[None, None\]"),
+        (DENSE, [{"clamp": [0, math.inf]}], r"clamp takes \[lo, hi\].*found \[0, inf\]; write .*\{clamp: \[0, null\]\}"),
         (DENSE, [{"clamp": [0]}], r"clamp takes \[lo, hi\].*found \[0\]"),
         (DENSE, [{"clamp": 5}], r"clamp takes \[lo, hi\].*found 5"),
         (DENSE, [{"log1p": 2}], r"log1p takes no argument, found 2; write it as bare log1p"),
@@ -143,6 +146,7 @@ def dense_reference(values, steps, default):
     [
         ([], []),
         ([{"clamp": [-0.5, 10]}, "log1p"], [("clamp", (-0.5, 10)), ("log1p", None)]),
+        ([{"fill": 0.0}, {"clamp": [0, None]}, "log1p"], [("fill", 0.0), ("clamp", (0, math.inf)), ("log1p", None)]),
         ([{"fill": 2.0}, {"clamp": [0, 1]}, "log1p", {"standardize": {"mean": 0.3, "stddev": 0.2}}],
          [("fill", 2.0), ("clamp", (0, 1)), ("log1p", None), ("standardize", (0.3, 0.2))]),
         ([{"clamp": [0, 5]}, {"standardize": {"mean": 1, "stddev": 4}}, {"fill": -1}],
