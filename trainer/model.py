@@ -34,6 +34,9 @@ class ModelShape:
     bottom_mlp: tuple[int, ...]
     top_mlp: tuple[int, ...]
     check_ids: bool = False  # some table is sized by embedding_rows, not by a hash: ids must be checked
+    #: Embedding gradients as sparse tensors (only the rows a batch touched), as the DLRM reference trains:
+    #: a step then costs the batch's rows, not the tables' (Criteo's reference tables hold 33.8M rows).
+    sparse_gradients: bool = False
 
 
 def model_shape(spec: JobSpec, registry: DatasetRegistry) -> ModelShape:
@@ -82,7 +85,8 @@ class DLRM(nn.Module):
         self.shape = shape
         d = shape.embedding_dim
         self.bottom = _mlp([len(shape.dense_keys), *shape.bottom_mlp, d], last_activation=True)
-        self.embeddings = nn.ModuleList(nn.EmbeddingBag(rows, d, mode="sum") for rows in shape.table_rows)
+        self.embeddings = nn.ModuleList(nn.EmbeddingBag(rows, d, mode="sum", sparse=shape.sparse_gradients)
+                                        for rows in shape.table_rows)
         for bag in self.embeddings:  # as the DLRM reference does: torch's N(0, 1) makes sums of many ids explode
             bound = (1.0 / bag.num_embeddings) ** 0.5
             nn.init.uniform_(bag.weight, -bound, bound)

@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -130,6 +131,11 @@ def pick_device(choice: Device) -> torch.device:
     return torch.device("cpu")
 
 
+#: Optimizers whose step on a sparse gradient equals their step on the same gradient made dense (rows a batch
+#: did not touch have a zero gradient, and neither changes them); Adam's moments would move them.
+SPARSE_OPTIMIZERS = ("sgd", "adagrad")
+
+
 def _optimizer(spec: JobSpec, model: torch.nn.Module) -> torch.optim.Optimizer:
     kind, lr = spec.train.optimizer, spec.train.learning_rate
     if kind == "adam":
@@ -201,7 +207,9 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
         say = out if ranks.main else (lambda _line: None)
         started_at = dt.datetime.now(dt.UTC)
         torch.manual_seed(spec.seed)
-        model = DLRM(shape).to(device)
+        # one rank only: DistributedDataParallel's NCCL all-reduce takes no sparse gradients
+        sparse = spec.train.optimizer in SPARSE_OPTIMIZERS and ranks.world_size == 1
+        model = DLRM(dataclasses.replace(shape, sparse_gradients=sparse)).to(device)
         optimizer = _optimizer(spec, model)
         reader = open_reader(spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
         loader = ResumableLoader(reader.dataset, num_workers=config.workers, pin_memory=device.type == "cuda")

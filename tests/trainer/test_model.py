@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -67,6 +69,30 @@ def test_an_empty_list_pools_to_zero_and_weights_scale_their_ids():
     assert torch.equal(pooled_a[1], torch.zeros(4))
     pooled_b = model.embeddings[1](b.values[3:], b.offsets[3:6] - 3, per_sample_weights=b.weights[3:])
     assert torch.allclose(pooled_b[0], 0.5 * model.embeddings[1].weight[6])
+
+
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.Adagrad])
+def test_sparse_embedding_gradients_train_exactly_as_dense_ones(optimizer):
+    """The trainer's sparse gradients (sgd, adagrad) change the same rows by the same amounts as dense ones."""
+    shape = model_shape(spec(FEATURES), REGISTRY)
+    models = []
+    for sparse in (False, True):
+        torch.manual_seed(0)
+        model = DLRM(dataclasses.replace(shape, sparse_gradients=sparse))
+        step = optimizer(model.parameters(), lr=0.1)
+        for _ in range(3):
+            step.zero_grad(set_to_none=True)
+            torch.nn.functional.binary_cross_entropy_with_logits(model(batch()), torch.ones(3, 2)).backward()
+            step.step()
+        models.append(model)
+    dense, sparse = (dict(m.named_parameters()) for m in models)
+    assert models[1].embeddings[0].weight.grad.is_sparse and not models[0].embeddings[0].weight.grad.is_sparse
+    for name, value in dense.items():
+        torch.testing.assert_close(sparse[name], value, rtol=1e-6, atol=1e-7, msg=name)
+    torch.manual_seed(0)
+    initial = DLRM(shape).embeddings[0].weight
+    moved = (sparse["embeddings.0.weight"] != initial).any(dim=1).nonzero().flatten().tolist()
+    assert moved == [5, 42, 99]  # the ids of a_ids in the batch, and no other row
 
 
 def test_refusals_name_the_feature_and_the_fix():
