@@ -78,9 +78,7 @@ from schemas.spark import CORRUPT_RECORD_COLUMN, feature_type
 from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.publish import Decision, GateRecord, drop_staging, new_run_id, publish, record, stage, staging_table
-from warehouse.publish import write_report
-from warehouse.quality import trailing_history, validate
+from warehouse.publish import audit_and_publish, new_run_id, stage, staging_table
 from warehouse.tables import CommitMetrics
 
 _MAP_OF_KIND = {Kind.DENSE: "dense", Kind.SPARSE: "sparse", Kind.WEIGHTED_SPARSE: "weighted_sparse"}
@@ -472,22 +470,10 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     flat.unpersist()
     raw_labels.unpersist()
 
-    say(f"{config.dataset} ds={ds}: validating {staged} (quality gate)")
-    report = validate(partition, registry, config.ds, trailing_history(spark, table, registry, config.ds))
-    report_path = write_report(config.home, report, run_id)
-    commit = None
-    if report.success:
-        say(f"{config.dataset} ds={ds}: publishing into {table}")
-        commit = publish(spark, table, staged, ds)
-    record(spark, GateRecord(
-        dataset=config.dataset, ds=ds, run_id=run_id,
-        decision=Decision.PUBLISHED if report.success else Decision.REFUSED, staging_table=staged,
-        expectations=len(report.checks), failed_expectations=tuple(c.line() for c in report.failures), rows=rows_out,
-        decided_by="quality gate", report_path=str(report_path), table_version=commit.version if commit else None,
-        quarantined_impressions=found.bad["impressions"], quarantined_labels=found.bad["labels"],
-    ))  # fmt: skip
-    if commit is not None:
-        drop_staging(spark, staged)  # after the decision is recorded: a crash before leaves it to inspect
+    gate = audit_and_publish(spark, registry, table=table, staged=staged, day=config.ds, run_id=run_id,
+                             home=config.home, rows=rows_out, quarantined=(found.bad["impressions"], found.bad["labels"]),
+                             say=say)  # fmt: skip
+    report, report_path, commit = gate.report, gate.report_path, gate.commit
     summary = LabelJoinSummary(
         dataset=config.dataset,
         ds=ds,

@@ -66,7 +66,7 @@ def quarantine_table(dataset: str) -> str:
     return f"{DATABASE}.{validate_name('dataset', dataset)}"
 
 
-def _quoted(column: Column, limit: int = 80) -> Column:
+def quoted(column: Column, limit: int = 80) -> Column:
     """A value for a message: quoted, cut to ``limit`` characters."""
     text = column.cast("string")
     return F.concat(F.lit("'"), F.when(F.length(text) > limit, F.concat(F.substring(text, 1, limit), F.lit("..."))
@@ -81,11 +81,11 @@ def _first_bad_entry(entries: Column, bad: Callable[[Column, Column], Column], w
     """A rule: the map has a non-null value that is ``bad(value, key)``; reason "<what> '<key>': '<value>' <problem>"."""
     found = F.filter(F.map_entries(entries), lambda e: e["value"].isNotNull() & bad(e["value"], e["key"]))
     first = F.get(found, 0)
-    message = F.concat(F.lit(f"{what} "), _quoted(first["key"]), F.lit(": "), _quoted(first["value"]), F.lit(f" {problem}"))
+    message = F.concat(F.lit(f"{what} "), quoted(first["key"]), F.lit(": "), quoted(first["value"]), F.lit(f" {problem}"))
     return F.coalesce(F.size(found), F.lit(0)) > 0, code, message
 
 
-def _problem(rules: Sequence[Rule], fallback: str) -> Column:
+def first_problem(rules: Sequence[Rule], fallback: str) -> Column:
     """``struct(code, reason)`` of the first rule that holds (``fallback`` if none does)."""
     chain = None
     for condition, code, reason in [*rules, (F.lit(True), "unusable", fallback)]:
@@ -102,7 +102,7 @@ def _common_rules(raw: Column, loose: Column, required: Sequence[str]) -> list[R
     ]  # fmt: skip
     rules += [(loose[name].isNull(), "missing_field", f"missing required field {name}") for name in required]
     rules.append((loose["event_time"].try_cast("timestamp").isNull(), "bad_timestamp",
-                  F.concat(F.lit("event_time "), _quoted(loose["event_time"]), F.lit(" is not a timestamp"))))  # fmt: skip
+                  F.concat(F.lit("event_time "), quoted(loose["event_time"]), F.lit(" is not a timestamp"))))  # fmt: skip
     return rules
 
 
@@ -120,7 +120,7 @@ def _with_problem(bad: DataFrame, loose_fields: str, rules: Callable[[Column], l
     feature) that Spark compiles per query, so a day without bad records never builds it.
     """
     with_loose = bad.withColumn("_loose", F.from_json(F.col(RAW_COLUMN), loose_fields))
-    return with_loose.withColumn(PROBLEM_COLUMN, _problem(rules(F.col("_loose")), fallback)).drop("_loose")
+    return with_loose.withColumn(PROBLEM_COLUMN, first_problem(rules(F.col("_loose")), fallback)).drop("_loose")
 
 
 def _finite(column: Column) -> Column:
@@ -159,7 +159,7 @@ def _impression_rules(loose: Column, dense: Sequence[Feature], in_ds: Column, ds
     rules = _common_rules(F.col(RAW_COLUMN), loose, ["impression_id", "event_time"])
     for key in ("user_id", "item_id"):
         rules.append((loose[key].isNotNull() & loose[key].try_cast("bigint").isNull(), "bad_type",
-                      F.concat(F.lit(f"{key} "), _quoted(loose[key]), F.lit(" is not an integer"))))  # fmt: skip
+                      F.concat(F.lit(f"{key} "), quoted(loose[key]), F.lit(" is not an integer"))))  # fmt: skip
     rules.append(_first_bad_entry(loose["dense"], lambda v, _key: v.try_cast("double").isNull(),
                                   "dense feature", "is not a number", "bad_type"))  # fmt: skip
     rules.append(_first_bad_entry(
@@ -203,7 +203,7 @@ def with_label_problem(bad: DataFrame, known_types: Sequence[str]) -> DataFrame:
             *_common_rules(F.col(RAW_COLUMN), loose, ["impression_id", "label_type", "event_time"]),
             (F.col(CORRUPT_RECORD_COLUMN).isNotNull(), "bad_type", "does not match the label format"),
             (~F.col("label_type").isin(list(known_types)), "unknown_label_type",
-             F.concat(F.lit("label_type "), _quoted(F.col("label_type")), F.lit(f" is not one of {', '.join(known_types)}"))),
+             F.concat(F.lit("label_type "), quoted(F.col("label_type")), F.lit(f" is not one of {', '.join(known_types)}"))),
         ]  # fmt: skip
 
     return _with_problem(bad, _LABEL_FIELDS, rules, "not a usable label record")
@@ -211,7 +211,13 @@ def with_label_problem(bad: DataFrame, known_types: Sequence[str]) -> DataFrame:
 
 def quarantine_rows(bad: DataFrame, every_row: DataFrame, stream: str, run_id: str, now: dt.datetime) -> DataFrame:
     """The quarantine rows of ``bad`` (rows of ``every_row``, with a ``_problem``), with line numbers."""
-    return line_numbers(bad, every_row).select(
+    return numbered_quarantine_rows(line_numbers(bad, every_row), stream, run_id, now)
+
+
+def numbered_quarantine_rows(bad: DataFrame, stream: str, run_id: str, now: dt.datetime) -> DataFrame:
+    """The quarantine rows of ``bad``: rows with ``source_file``, ``split_start``, ``line``, ``_raw``,
+    ``_problem`` and ``ds``."""
+    return bad.select(
         F.lit(stream).alias("stream"),
         "source_file",
         "split_start",

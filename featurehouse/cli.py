@@ -16,6 +16,8 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("featurehouse.demo", "the main job: 7 days of logs label-joined while the schema evolves, catalog stats, SQL"),
     "generate": ("etl.generate", "write seeded impression and label logs into the landing zone"),
+    "import": ("etl.criteo_import", "import Criteo's published click logs (Kaggle, 1TB) as date-partitioned days"),
+    "criteo-sample": ("etl.criteo_sample", "write a synthetic Criteo-format file with a planted signal (no download)"),
     "label-join": ("etl.label_join", "join one ds of impressions with their labels into featurehouse.<dataset>"),
     "publish": ("etl.publish", "publish a partition the quality gate refused: validated again, or --force --reason"),
     "features": ("etl.features", "diff: show what a registry change does to its table; apply: do it (no file rewritten)"),

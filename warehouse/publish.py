@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -27,7 +28,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from schemas.catalog import QUALITY_GATE, QUALITY_GATE_SCHEMA, catalog_table
 from schemas.errors import ConfigError, TableError, first_line
 from schemas.names import format_ds, validate_name
-from warehouse.quality import QualityReport
+from schemas.registry import DatasetRegistry
+from warehouse.quality import QualityReport, trailing_history, validate
 from warehouse.catalog import ensure_catalog_table
 from warehouse.tables import CONFLICTS, CommitMetrics, replace_partition, retry_conflicts
 
@@ -126,6 +128,46 @@ def record(spark: SparkSession, entry: GateRecord) -> None:
     row["failed_expectations"] = list(entry.failed_expectations)
     # An append conflicts only with a metadata change; repeating it adds the row once.
     retry_conflicts(lambda: spark.createDataFrame([row], schema).writeTo(table).append(), attempts=ATTEMPTS)
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    report: QualityReport
+    report_path: Path
+    commit: CommitMetrics | None  # None: refused, nothing published
+
+    @property
+    def published(self) -> bool:
+        return self.commit is not None
+
+
+def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, *, table: str, staged: str, day: dt.date,
+                      run_id: str, home: Path, rows: int, quarantined: tuple[int | None, int | None],
+                      say: Callable[[str], None] = lambda _line: None) -> GateOutcome:  # fmt: skip
+    """The gate on a staged partition: validate it against the trailing history of ``table``, write the
+    report, publish it if it passed, record the decision, then drop a published run's staging table
+    (only after the record: a crash before leaves the staged rows to inspect).
+
+    ``quarantined``: the run's bad (impression, label) records, for the record; None where not counted.
+    """
+    ds = format_ds(day)
+    say(f"{registry.dataset} ds={ds}: validating {staged} (quality gate)")
+    report = validate(spark.table(staged), registry, day, trailing_history(spark, table, registry, day))
+    report_path = write_report(home, report, run_id)
+    commit = None
+    if report.success:
+        say(f"{registry.dataset} ds={ds}: publishing into {table}")
+        commit = publish(spark, table, staged, ds)
+    record(spark, GateRecord(
+        dataset=registry.dataset, ds=ds, run_id=run_id,
+        decision=Decision.PUBLISHED if report.success else Decision.REFUSED, staging_table=staged,
+        expectations=len(report.checks), failed_expectations=tuple(c.line() for c in report.failures), rows=rows,
+        decided_by="quality gate", report_path=str(report_path), table_version=commit.version if commit else None,
+        quarantined_impressions=quarantined[0], quarantined_labels=quarantined[1],
+    ))  # fmt: skip
+    if commit is not None:
+        drop_staging(spark, staged)
+    return GateOutcome(report, report_path, commit)
 
 
 def last_decision(spark: SparkSession, dataset: str, day: dt.date, run_id: str | None = None) -> dict | None:
