@@ -3,16 +3,18 @@
 Nothing a logger wrote is lost: a record the label join cannot use lands in
 ``featurehouse_quarantine.<dataset>`` (partitioned by ds) with where it came from and why::
 
-    stream        impressions | labels
-    source_file   the landing file
+    stream        impressions | labels | criteo (a line of `featurehouse import criteo`)
+    source_file   the landing (or imported) file
     split_start   byte offset of Spark's split of the file (0 unless the file was larger than
-                  spark.sql.files.maxPartitionBytes, 128 MB by default, and was split)
+                  spark.sql.files.maxPartitionBytes, 128 MB by default, and was split; always 0
+                  for criteo, whose lines are numbered across splits)
     line          1-based line number counted from split_start (null for an empty file)
     raw           the line as it was
     problem       empty_line, not_json, missing_field, bad_type, bad_timestamp, outside_ds,
-                  not_finite, unknown_label_type, empty_file
+                  not_finite, unknown_label_type, empty_file; criteo: field_count, bad_label,
+                  not_integer, not_hex (etl/criteo_import.py)
     reason        e.g. "dense feature 'user_ctr_7d': 'abc' is not a number"
-    run_id        the label join that found it
+    run_id        the label join (or import) that found it
 
 Reasons are found per record with Spark SQL under ANSI mode: values are tested with
 ``try_cast`` and ``from_json`` (which return null instead of failing the job), so one

@@ -1,0 +1,127 @@
+"""Criteo import throughput: `featurehouse import criteo` against two peers, on the same file, in one run.
+
+    .venv/bin/python bench/criteo_import.py --rows 1000000 --days 7          # a Kaggle-like train.txt
+    .venv/bin/python bench/criteo_import.py --rows 1000000 --days 7 --gzip   # the same lines gzip-compressed
+
+The file is written first by ``featurehouse criteo-sample`` (the published layout; the real files
+cannot be downloaded here). Then, each timed on its own:
+
+* **featurehouse**: the import as the CLI runs it: parse, quarantine, number lines, split into
+  days, and per day stage, validate (Great Expectations), publish and record, in a Spark session.
+* **DLRM reference parse** (peer): what the DLRM reference's preprocessing does per line in
+  Python (``getCriteoAdData`` in facebookresearch/dlrm's ``data_utils.py``): split on tabs,
+  ``int()`` each integer (missing 0), ``int(x, 16)`` each categorical, into numpy arrays, one
+  ``.npz`` per day. No checks: a malformed line raises. One core.
+* **Spark, no checks** (peer): the same Spark session reads the file with ``read.csv``, converts
+  the fields the same way and writes one Delta table, once: no validation, quarantine, line
+  numbers, days, staging or gate. What the import's checks cost is the difference.
+
+Prints lines per second of each and the ratios. Uses a fresh folder (``--home``, default a temp dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def reference_parse(path: Path, days: int, out: Path) -> int:
+    """The DLRM reference's way: a Python loop over lines into numpy arrays, one npz per day."""
+    from etl.criteo_import import split_sizes
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        total = sum(1 for _ in handle)
+    sizes = split_sizes(total, days)
+    with opener(path, "rt") as handle:
+        for day, size in enumerate(sizes):
+            y = np.zeros(size, dtype=np.int32)
+            x_int = np.zeros((size, 13), dtype=np.int32)
+            x_cat = np.zeros((size, 26), dtype=np.int64)
+            for i in range(size):
+                fields = handle.readline().rstrip("\n").split("\t")
+                y[i] = int(fields[0])
+                x_int[i] = [int(v) if v else 0 for v in fields[1:14]]
+                x_cat[i] = [int(v, 16) if v else 0 for v in fields[14:]]
+            np.savez_compressed(out / f"day_{day}.npz", X_int=x_int, X_cat=x_cat, y=y)
+    return total
+
+
+def spark_bare(spark, path: Path, table_path: Path) -> int:
+    """One read, the same conversions, one Delta write: no checks."""
+    from pyspark.sql import functions as F
+
+    from schemas.criteo import DENSE_FEATURES, SPARSE_FEATURES
+
+    schema = ", ".join(["label int", *(f"{n} string" for n in DENSE_FEATURES), *(f"{n} string" for n in SPARSE_FEATURES)])
+    frame = spark.read.options(sep="\t", mode="PERMISSIVE").schema(schema).csv(str(path))
+    converted = frame.select(
+        "label",
+        *[F.col(n).try_cast("bigint").cast("float").alias(n) for n in DENSE_FEATURES],
+        *[F.when(F.col(n).isNull(), F.array().cast("array<bigint>"))
+          .otherwise(F.array(F.conv(F.col(n), 16, 10).try_cast("bigint"))).alias(n) for n in SPARSE_FEATURES],
+    )  # fmt: skip
+    converted.write.format("delta").mode("overwrite").save(str(table_path))
+    return spark.read.format("delta").load(str(table_path)).count()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--gzip", action="store_true", help="write and read the file gzip-compressed")
+    parser.add_argument("--home", type=Path, default=None, help="a fresh folder for the run (default: a temp dir)")
+    ns = parser.parse_args()
+
+    from etl import criteo_import
+    from etl.criteo_sample import write_sample
+    from warehouse.jobs import stderr_progress
+    from warehouse.session import spark_session
+
+    home = ns.home or Path(tempfile.mkdtemp(prefix="criteo_bench_"))
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / ("train.txt.gz" if ns.gzip else "train.txt")
+    started = time.perf_counter()
+    sample = write_sample(path, ns.rows, seed=0)
+    print(f"wrote {path}: {sample.rows:,} lines, {path.stat().st_size / 2**20:,.1f} MiB "
+          f"in {time.perf_counter() - started:.1f}s")  # fmt: skip
+
+    results: dict[str, tuple[float, int]] = {}
+    with spark_session(home, conf={"spark.ui.enabled": "false"}) as spark:
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.range(1000).count()  # start the executors before any clock runs
+        config = criteo_import.CriteoImportConfig(dataset="criteo_bench", ds=dt.date(2026, 1, 1), files=(str(path),),
+                                                  home=home, split_days=ns.days, registry_dir=home / "registry")  # fmt: skip
+        began = time.perf_counter()
+        summary = criteo_import.run(spark, config, progress=stderr_progress)
+        results["featurehouse import criteo"] = (time.perf_counter() - began, summary.lines)
+        print(summary.format())
+        began = time.perf_counter()
+        rows = spark_bare(spark, path, home / "bare_delta")
+        results["Spark, no checks (peer)"] = (time.perf_counter() - began, rows)
+    print("timing the DLRM reference's Python parse ...", flush=True)
+    out = home / "npz"
+    out.mkdir()
+    began = time.perf_counter()
+    rows = reference_parse(path, ns.days, out)
+    results["DLRM reference parse, Python (peer)"] = (time.perf_counter() - began, rows)
+
+    base = results["featurehouse import criteo"]
+    print(f"\n{sample.rows:,} lines, {'gzip' if ns.gzip else 'plain'}, {ns.days} days, local Spark on this machine")
+    print(f"{'':38} {'seconds':>8} {'lines/s':>10} {'featurehouse / this':>20}")
+    for name, (seconds, lines) in results.items():
+        ratio = (lines / seconds) and (base[1] / base[0]) / (lines / seconds)
+        print(f"{name:38} {seconds:8.1f} {lines / seconds:10,.0f} {ratio:19.2f}x")
+    if ns.home is None:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
