@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -138,8 +139,14 @@ def quiet_query_context_logs() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
+#: How long a command waits for the embedded metastore's lock: the JVM of the command before it (a shell
+#: script's previous line) can outlive its Python process by a moment, still holding the lock.
+LOCK_WAIT_S = 10.0
+
+
 def check_metastore_free(home: Path, confs: Mapping[str, str]) -> None:
-    """Refuse, clearly, to start a second JVM on an embedded Derby metastore another JVM holds.
+    """Refuse, clearly, to start a second JVM on an embedded Derby metastore another JVM holds (after
+    waiting up to ``LOCK_WAIT_S`` for it to be released).
 
     Derby admits one JVM per database and holds an OS file lock on ``metastore_db/dbex.lck``
     while booted; without this check the second JVM fails deep in Hive with a long Java trace.
@@ -156,15 +163,22 @@ def check_metastore_free(home: Path, confs: Mapping[str, str]) -> None:
     lock = Path(home).resolve() / "metastore_db" / "dbex.lck"
     if not lock.exists():
         return
+    deadline = time.monotonic() + LOCK_WAIT_S
     with lock.open("rb+") as handle:
-        try:
-            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            raise ConfigError(
-                f"the embedded metastore {lock.parent} is in use by another Spark application: embedded Derby admits "
-                "one JVM at a time; wait for that job to finish, give this one its own --home, or point every job "
-                "at a shared metastore (--conf spark.hadoop.javax.jdo.option.ConnectionURL=..., see the README)"
-            ) from err
+        while True:
+            try:
+                fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as err:
+                if time.monotonic() < deadline:  # the previous command's JVM may still be exiting
+                    time.sleep(0.25)
+                    continue
+                raise ConfigError(
+                    f"the embedded metastore {lock.parent} is in use by another Spark application: embedded Derby "
+                    "admits one JVM at a time; wait for that job to finish, give this one its own --home, or point "
+                    "every job at a shared metastore (--conf spark.hadoop.javax.jdo.option.ConnectionURL=..., see "
+                    "the README)"
+                ) from err
         fcntl.lockf(handle, fcntl.LOCK_UN)
 
 

@@ -55,6 +55,11 @@ def test_a_metastore_held_by_another_jvm_is_refused_naming_the_fixes(tmp_path):
         ]
         shared = check(home, "spark.hadoop.javax.jdo.option.ConnectionURL=jdbc:postgresql://db/metastore")
         assert shared.returncode == 0, shared.stderr  # a shared metastore is not Derby's business
+        # a command started while the holder's JVM is still exiting (a script's next line) waits for the lock
+        waiting = subprocess.Popen([sys.executable, "-c", CHECK, str(home)], cwd=REPO, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+        os.killpg(holder.pid, signal.SIGKILL)
+        assert waiting.wait(timeout=60) == 0, waiting.stderr.read()
     finally:
         os.killpg(holder.pid, signal.SIGKILL)  # the Python process and its JVM
         holder.wait()
