@@ -11,7 +11,8 @@ rows), 26 categoricals as 8 hex digits (cardinalities from 3 to 100,000; some of
 The planted signal: a click's log-odds are ``-1.5 + 0.9 * (log1p(I1) - 1) + effect[C1]``, with
 one effect per C1 value drawn from N(0, 1.5) (C1 is never missing; I1 is missing on 20% of rows,
 read as 0). A model that learns from I1 and C1 reaches an AUC near :func:`planted_auc`; the other fields
-are noise. ``--malformed K`` replaces K lines, spread through the file, with broken ones
+are noise. Every ``--seed`` draws different lines from the same vocabularies and effects, so
+files of several seeds are days of one dataset. ``--malformed K`` replaces K lines, spread through the file, with broken ones
 (wrong field count, a non-integer, a non-hex categorical, a bad label, a blank line).
 """
 
@@ -35,6 +36,9 @@ CARDINALITY = (100, 500, 100_000, 50_000, 300, 24, 10_000, 600, 3, 20_000, 5_000
 MISSING_CAT = (0, 0, 0.03, 0.03, 0, 0, 0, 0, 0, 0, 0, 0.03, 0, 0, 0, 0.03, 0, 0, 0.44, 0.44, 0.03, 0.75, 0, 0.03,
                0.44, 0.44)  # fmt: skip
 BASE_LOGIT, I1_WEIGHT, C1_SPREAD = -1.5, 0.9, 1.5
+#: The vocabularies (each field's hash values) and the C1 effects, the same for every --seed: files written
+#: with different seeds are days of one dataset, as the 1TB logs' day_N files are.
+WORLD = 0
 MALFORMED_KINDS = ("field_count", "not_integer", "not_hex", "bad_label", "empty_line")
 
 
@@ -48,8 +52,8 @@ class Sample:
     malformed: tuple[int, ...]
 
 
-def _effects(seed: int) -> np.ndarray:
-    return np.random.default_rng([seed, 1]).normal(0.0, C1_SPREAD, CARDINALITY[0])
+def _effects() -> np.ndarray:
+    return np.random.default_rng([WORLD, 1]).normal(0.0, C1_SPREAD, CARDINALITY[0])
 
 
 def _hashes(rng: np.random.Generator, cardinality: int) -> np.ndarray:
@@ -68,7 +72,7 @@ class _Drawn:
 
 def _draw(rows: int, seed: int) -> _Drawn:
     rng = np.random.default_rng(seed)
-    values_rng = np.random.default_rng([seed, 2])
+    values_rng = np.random.default_rng([WORLD, 2])  # every seed draws from one vocabulary
     ints = []
     for k in range(DENSE_FIELDS):
         counts = rng.geometric(p=1.0 / (2.0 + 3 * k), size=rows) - 1
@@ -79,7 +83,7 @@ def _draw(rows: int, seed: int) -> _Drawn:
     # a Zipf-like draw per categorical: a few values are common, most are rare
     cats = [np.minimum((rng.pareto(1.2, size=rows) * 3).astype(np.int64), n - 1) for n in CARDINALITY]
     i1 = np.where(missing[0], 0, ints[0])  # as a DLRM reads it: missing is 0
-    score = I1_WEIGHT * (np.log1p(i1) - 1.0) + _effects(seed)[cats[0]]
+    score = I1_WEIGHT * (np.log1p(i1) - 1.0) + _effects()[cats[0]]
     labels = (rng.random(rows) < 1.0 / (1.0 + np.exp(-(BASE_LOGIT + score)))).astype(np.int64)
     int_text = [np.where(missing[k], "", ints[k].astype(str)) for k in range(DENSE_FIELDS)]
     cat_text = [np.where(rng.random(rows) < MISSING_CAT[k], "", _hashes(values_rng, CARDINALITY[k])[cats[k]])
@@ -153,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("out", type=Path, help="the file to write, e.g. data/criteo/train.txt or day_0.gz")
     parser.add_argument("--rows", type=int, default=70_000, help="lines to write (default 70,000)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the lines (default 0); every seed shares one "
+                        "vocabulary and planted signal, so files of different seeds are days of one dataset")
     parser.add_argument("--malformed", type=int, default=0, metavar="K", help="replace K lines with broken ones")
     ns = parser.parse_args(argv)
     try:
