@@ -51,6 +51,7 @@ from etl.quarantine import (
     empty_file_rows,
     first_problem,
     numbered_quarantine_rows,
+    quarantine_table,
     quoted,
     write_quarantine,
 )
@@ -138,7 +139,8 @@ class DayResult:
         head = (f"  ds={self.ds}  {self.source} lines {self.first_line:,}..{self.first_line + self.lines - 1:,}: "
                 f"{self.rows:,} rows, {self.clicks:,} clicks, {self.bad:,} quarantined")  # fmt: skip
         if self.problems:
-            head += " (" + ", ".join(f"{n:,} {code}" for code, n in sorted(self.problems.items(), key=lambda kv: -kv[1])) + ")"
+            by_count = sorted(self.problems.items(), key=lambda kv: -kv[1])
+            head += " (" + ", ".join(f"{n:,} {code}" for code, n in by_count) + ")"
         if self.commit is not None:
             return head + f"\n      published as Delta version {self.commit.version}; " + "; ".join(self.gate)
         lines = [head, f"      NOT PUBLISHED: {self.refused}"]
@@ -211,7 +213,7 @@ def _fields() -> Column:
 
 
 def parse(lines: DataFrame, label_column: str) -> DataFrame:
-    """``lines`` with ``_valid`` and, on valid lines, the label and the 39 feature values; ``_raw`` kept for bad lines only."""
+    """``lines`` with ``_valid`` and, on valid lines, the label and the 39 feature values; ``_raw`` only on bad lines."""
     valid = F.col(RAW_COLUMN).rlike(LINE_PATTERN)
     fields = _fields()
     empty_ids = F.array().cast("array<bigint>")
@@ -381,10 +383,10 @@ def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress |
     label = registry.labels[0].column
     now = dt.datetime.now(dt.UTC)
     results: list[DayResult] = []
-    quarantine = ""
     for index, uri in enumerate(uris):
         days = config.days(index)
-        say(f"{config.dataset}: reading {uri} -> ds {format_ds(days[0])}" + (f" .. {format_ds(days[-1])}" if len(days) > 1 else ""))
+        span = format_ds(days[0]) + (f" .. {format_ds(days[-1])}" if len(days) > 1 else "")
+        say(f"{config.dataset}: reading {uri} -> ds {span}")
         parsed = parse(read_lines(spark, uri), label).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             numbered, total = number_lines(spark, parsed)
@@ -393,7 +395,8 @@ def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress |
             counts = {r["ds"]: r.asDict() for r in numbered.groupBy("ds").agg(
                 F.count(F.lit(1)).alias("lines"), F.count_if(~F.col(VALID_COLUMN)).alias("bad"),
                 F.coalesce(F.sum(label), F.lit(0)).alias("clicks"), F.min("line").alias("first")).collect()}  # fmt: skip
-            say(f"{config.dataset}: {total:,} lines in {_file_name(uri)}, {sum(c['bad'] for c in counts.values()):,} malformed")
+            bad = sum(c["bad"] for c in counts.values())
+            say(f"{config.dataset}: {total:,} lines in {_file_name(uri)}, {bad:,} malformed")
             for day in days:
                 result = _import_day(spark, config, registry, table, numbered, counts.get(format_ds(day), {}), day=day,
                                      source=uri, file_empty=total == 0, run_id=run_id, now=now, say=say)  # fmt: skip
@@ -401,9 +404,8 @@ def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress |
                 say(result.format())
         finally:
             parsed.unpersist()
-        quarantine = f"featurehouse_quarantine.{config.dataset}"
-    summary = CriteoImportSummary(config.dataset, table, run_id, str(registry_path), written, quarantine,
-                                  tuple(results), time.monotonic() - started)  # fmt: skip
+    summary = CriteoImportSummary(config.dataset, table, run_id, str(registry_path), written,
+                                  quarantine_table(config.dataset), tuple(results), time.monotonic() - started)  # fmt: skip
     if summary.refused:
         listed = ", ".join(d.ds for d in summary.refused)
         raise DataRefusedError(
