@@ -103,6 +103,7 @@ def dt_date(text: str):
     return dt.date.fromisoformat(text)
 
 
+@pytest.mark.spark
 def test_the_file_imports_one_partition_per_day_with_the_values_it_holds(spark, imported):
     from pyspark.sql import functions as F
 
@@ -127,6 +128,7 @@ def test_the_file_imports_one_partition_per_day_with_the_values_it_holds(spark, 
     assert (upper["int_1"], upper["cat_1"], upper["int_2"], upper["cat_2"]) == (7.0, [0xABCDEF01], None, [])
 
 
+@pytest.mark.spark
 def test_malformed_lines_are_quarantined_with_their_line_and_reason(spark, imported):
     from pyspark.sql import functions as F
 
@@ -143,6 +145,7 @@ def test_malformed_lines_are_quarantined_with_their_line_and_reason(spark, impor
     assert found[LATE_BAD_LINE]["ds"] == "2026-01-03" and {found[n]["ds"] for n in range(4, 9)} == {FIRST}
 
 
+@pytest.mark.spark
 def test_each_day_passed_the_quality_gate_and_the_registry_was_generated(spark, imported):
     from pyspark.sql import functions as F
 
@@ -181,6 +184,7 @@ def read_rows(imported, transforms_dense, *, name: str):
     return out
 
 
+@pytest.mark.spark
 def test_the_reader_gives_the_tensors_of_a_csv_module_parse_of_the_same_lines(imported):
     reference = imported["reference"]
     assert len(reference) == LINES - len(imported["bad"])
@@ -201,6 +205,7 @@ def test_the_reader_gives_the_tensors_of_a_csv_module_parse_of_the_same_lines(im
     assert any((r["ints"][1] or 0) < 0 for r in reference) and float(got.min()) == 0.0  # I2's negatives became 0
 
 
+@pytest.mark.spark
 def test_dlrm_learns_the_planted_signal_from_the_import(imported):
     from trainer.train import TrainConfig, run
 
@@ -229,6 +234,7 @@ def write_gz(path: Path, lines: list[str]) -> Path:
     return path
 
 
+@pytest.mark.spark
 def test_one_gzip_file_per_day_publishes_the_good_days_and_refuses_the_others(spark, spark_home, tmp_path):
     from pyspark.sql import functions as F
 
