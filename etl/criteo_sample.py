@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from schemas.criteo import DENSE_FIELDS, SPARSE_FIELDS
+from trainer.metrics import auc
 
 #: Per integer field I1..I13: share of rows where it is missing.
 MISSING_INT = (0.2, 0.0, 0.2, 0.2, 0.03, 0.2, 0.05, 0.0, 0.05, 0.45, 0.05, 0.75, 0.2)
@@ -142,11 +143,7 @@ def write_sample(path: str | Path, rows: int, *, seed: int = 0, malformed: int =
 def planted_auc(rows: int = 200_000, seed: int = 0) -> float:
     """The AUC of the true click probability on ``rows`` lines: about the best any model can do on this data."""
     drawn = _draw(rows, seed)
-    order = np.argsort(drawn.score, kind="stable")
-    ranks = np.empty(rows)
-    ranks[order] = np.arange(1, rows + 1)
-    positives = int(drawn.labels.sum())
-    return float((ranks[drawn.labels == 1].sum() - positives * (positives + 1) / 2) / (positives * (rows - positives)))
+    return auc(drawn.labels, drawn.score)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
