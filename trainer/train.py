@@ -119,6 +119,12 @@ def distributed(device: torch.device):
     torch_dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=ranks.rank, world_size=world_size)
     try:
         yield ranks
+        # On success only (a failed rank would wait here for peers that never come): a gloo worker thread
+        # frees each finished collective after waking the caller, and freeing all_gather_object's tensors
+        # takes the GIL. A rank that exits straight after its last gather can reach interpreter shutdown
+        # first, and the thread then aborts the process ("terminate called without an active exception").
+        # Waiting here, with the GIL released, lets it finish.
+        torch_dist.barrier()
     finally:
         torch_dist.destroy_process_group()
 
