@@ -3,7 +3,7 @@
     featurehouse publish --dataset ads --ds 2026-11-08                    # validate the staged rows again
     featurehouse publish --dataset ads --ds 2026-11-08 --force --reason "holiday traffic, rates are real"
 
-The label join keeps a refused partition in its staging table
+The label join and the Criteo import keep a refused partition in its staging table
 (``featurehouse_staging.<dataset>_<yyyymmdd>_<run>``) and records the refusal in
 ``featurehouse_catalog.quality_gate``. This command takes the latest refused run of the ds (or
 ``--run``):
@@ -96,8 +96,9 @@ def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None
         )
     staged = refused["staging_table"]
     if not spark.catalog.tableExists(staged):
-        raise TableError(f"the staged rows of run {refused['run_id']} ({staged}) are gone (dropped by hand?); rerun "
-                         f"`featurehouse label-join --dataset {config.dataset} --ds {ds}`")  # fmt: skip
+        raise TableError(f"the staged rows of run {refused['run_id']} ({staged}) are gone (dropped by hand?); rerun the "
+                         f"job that staged them: `featurehouse label-join --dataset {config.dataset} --ds {ds}`, or "
+                         f"`featurehouse import criteo` of that day's file")  # fmt: skip
     by = config.by or getpass.getuser()
     overridden: tuple[str, ...] = tuple(refused["failed_expectations"] or ())
     report_path = refused["report_path"]
@@ -109,7 +110,7 @@ def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None
         if not report.success:
             raise DataRefusedError(
                 f"{staged} still fails {len(report.failures)} of {len(report.checks)} expectations; nothing was "
-                f"published. Fix the cause and rerun the label join, or publish it on purpose with --force --reason '...'",
+                f"published. Fix the cause and rerun the label join or import, or publish it on purpose with --force --reason '...'",
                 details="\n".join(report.summary_lines()),
             )
         overridden, by = (), "quality gate"
@@ -130,7 +131,7 @@ def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="dataset name, e.g. ads")
     parser.add_argument("--ds", required=True, help="the refused partition, YYYY-MM-DD")
-    parser.add_argument("--run", default=None, help="the label join run to publish (default: the latest refused one)")
+    parser.add_argument("--run", default=None, help="the label join or import run to publish (default: the latest refused one)")
     parser.add_argument("--force", action="store_true",
                         help="publish without validating again, overriding the failed expectations (needs --reason)")
     parser.add_argument("--reason", default=None, help="why it is forced; recorded in featurehouse_catalog.quality_gate")

@@ -52,7 +52,7 @@ def new_run_id() -> str:
 
 def check_run_id(run_id: str) -> str:
     if not RUN_ID_PATTERN.fullmatch(run_id or ""):
-        raise ConfigError(f"run id {run_id!r} is not a label join's run id (12 hex digits, e.g. 3f2a9c0d41be); "
+        raise ConfigError(f"run id {run_id!r} is not a run id (12 hex digits, e.g. 3f2a9c0d41be); "
                           "find it in featurehouse_catalog.quality_gate")  # fmt: skip
     return run_id
 

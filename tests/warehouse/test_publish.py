@@ -126,7 +126,7 @@ def test_force_needs_a_reason_and_names_are_checked():
             publish.PublishConfig(dataset=hostile, ds=dt.date(2026, 11, 1), home=Path("."))
         with pytest.raises(InvalidNameError, match="dataset name .* is not allowed"):
             label_join.LabelJoinConfig(dataset=hostile, ds=dt.date(2026, 11, 1), home=Path("."))
-    with pytest.raises(ConfigError, match="is not a label join's run id"):
+    with pytest.raises(ConfigError, match="is not a run id"):
         publish.PublishConfig(dataset="ads", ds=dt.date(2026, 11, 1), home=Path("."), run_id="x; DROP TABLE b")
 
 
