@@ -215,6 +215,8 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
         torch.manual_seed(spec.seed)
         # one rank only: DistributedDataParallel's NCCL all-reduce takes no sparse gradients
         sparse = spec.train.optimizer in SPARSE_OPTIMIZERS and ranks.world_size == 1
+        if sparse:  # torch's default, said explicitly: Adagrad's sparse steps otherwise warn about it every run
+            torch.sparse.check_sparse_tensor_invariants.disable()
         model = DLRM(dataclasses.replace(shape, sparse_gradients=sparse)).to(device)
         optimizer = _optimizer(spec, model)
         reader = open_reader(spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
