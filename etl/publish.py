@@ -96,9 +96,9 @@ def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None
         )
     staged = refused["staging_table"]
     if not spark.catalog.tableExists(staged):
-        raise TableError(f"the staged rows of run {refused['run_id']} ({staged}) are gone (dropped by hand?); rerun the "
-                         f"job that staged them: `featurehouse label-join --dataset {config.dataset} --ds {ds}`, or "
-                         f"`featurehouse import criteo` of that day's file")  # fmt: skip
+        raise TableError(f"the staged rows of run {refused['run_id']} ({staged}) are gone (dropped by hand?); rerun "
+                         f"the job that staged them: `featurehouse label-join --dataset {config.dataset} --ds {ds}`, "
+                         f"or `featurehouse import criteo` of that day's file")  # fmt: skip
     by = config.by or getpass.getuser()
     overridden: tuple[str, ...] = tuple(refused["failed_expectations"] or ())
     report_path = refused["report_path"]
@@ -110,7 +110,8 @@ def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None
         if not report.success:
             raise DataRefusedError(
                 f"{staged} still fails {len(report.failures)} of {len(report.checks)} expectations; nothing was "
-                f"published. Fix the cause and rerun the label join or import, or publish it on purpose with --force --reason '...'",
+                f"published. Fix the cause and rerun the label join or import, or publish it on purpose with "
+                f"--force --reason '...'",
                 details="\n".join(report.summary_lines()),
             )
         overridden, by = (), "quality gate"
@@ -131,7 +132,8 @@ def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="dataset name, e.g. ads")
     parser.add_argument("--ds", required=True, help="the refused partition, YYYY-MM-DD")
-    parser.add_argument("--run", default=None, help="the label join or import run to publish (default: the latest refused one)")
+    parser.add_argument("--run", default=None,
+                        help="the label join or import run to publish (default: the latest refused one)")  # fmt: skip
     parser.add_argument("--force", action="store_true",
                         help="publish without validating again, overriding the failed expectations (needs --reason)")
     parser.add_argument("--reason", default=None, help="why it is forced; recorded in featurehouse_catalog.quality_gate")
