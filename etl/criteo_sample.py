@@ -10,9 +10,9 @@ rows), 26 categoricals as 8 hex digits (cardinalities from 3 to 100,000; some of
 
 The planted signal: a click's log-odds are ``-1.5 + 0.9 * (log1p(I1) - 1) + effect[C1]``, with
 one effect per C1 value drawn from N(0, 1.5) (C1 is never missing; I1 is missing on 20% of rows,
-read as 0). A model that learns from I1 and C1 reaches an AUC near :func:`planted_auc`; the other fields
-are noise. Every ``--seed`` draws different lines from the same vocabularies and effects, so
-files of several seeds are days of one dataset. ``--malformed K`` replaces K lines, spread through the file, with broken ones
+read as 0). A model that learns from I1 and C1 reaches an AUC near that of the true scores
+(:func:`planted_scores`); the other fields are noise. Every ``--seed`` draws different lines from the
+same vocabularies and effects, so files of several seeds are days of one dataset. ``--malformed K`` replaces K lines, spread through the file, with broken ones
 (wrong field count, a non-integer, a non-hex categorical, a bad label, a blank line).
 """
 
@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 
 from schemas.criteo import DENSE_FIELDS, SPARSE_FIELDS
-from trainer.metrics import auc
 
 #: Per integer field I1..I13: share of rows where it is missing.
 MISSING_INT = (0.2, 0.0, 0.2, 0.2, 0.03, 0.2, 0.05, 0.0, 0.05, 0.45, 0.05, 0.75, 0.2)
@@ -140,10 +139,10 @@ def write_sample(path: str | Path, rows: int, *, seed: int = 0, malformed: int =
     return Sample(path, rows, clicks, tuple(bad))
 
 
-def planted_auc(rows: int = 200_000, seed: int = 0) -> float:
-    """The AUC of the true click probability on ``rows`` lines: about the best any model can do on this data."""
+def planted_scores(rows: int = 200_000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, true log-odds less a constant) of ``rows`` lines: their AUC is about the best any model can do."""
     drawn = _draw(rows, seed)
-    return auc(drawn.labels, drawn.score)
+    return drawn.labels, drawn.score
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,8 @@ row statistics and the bytes on disk describe the same data.
 Passes over the partition: one aggregation for every per-column statistic, and,
 when there are sparse features, one more over their exploded ids (the projected
 columns are persisted in between). Bytes on disk come from the Parquet footers
-(``warehouse/footers.py``), not from the data.
+(``warehouse/footers.py``), not from the data; the files and the columns' physical names
+from the pinned snapshot (``schemas/delta_snapshot.py``).
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from schemas.catalog import DENSE_QUANTILES, FEATURE_STATS, FEATURE_STATS_SCHEMA, LENGTH_QUANTILES, catalog_table
+from schemas.delta_snapshot import open_snapshot, physical_names
 from schemas.errors import ConfigError, InvalidNameError, TableError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import PARTITION_COLUMN, DatasetRegistry, Feature, Kind
 from warehouse.catalog import ensure_catalog
 from warehouse.evolution import check_type
-from warehouse.footers import bytes_by_column, open_snapshot, partition_files, physical_names
+from warehouse.footers import bytes_by_column
 from warehouse.jobs import Progress
 from warehouse.tables import overwrite_where, table_name
 
@@ -228,18 +230,19 @@ def compute_partition_stats(
     """
     started = time.monotonic()
     say = progress or (lambda _message: None)
-    ds = format_ds(parse_ds(ds))
+    day = parse_ds(ds)
+    ds = format_ds(day)
     table = _validate_table(table or table_name(registry.dataset))
     if accuracy < 1:
         raise ConfigError(f"accuracy {accuracy} is not allowed; use a positive integer, e.g. {DEFAULT_ACCURACY}")
 
-    snapshot = open_snapshot(_table_location(spark, table, dataset=registry.dataset, ds=ds), version=version)
-    pinned = snapshot.version()
+    snapshot = open_snapshot(_table_location(spark, table, dataset=registry.dataset, ds=ds), [day], version=version)
+    pinned = snapshot.version
     empty = (
         f"ds {ds} has no rows in table {table} at version {pinned}; run `featurehouse label-join "
         f"--dataset {registry.dataset} --ds {ds}` first"
     )
-    files = partition_files(snapshot, ds)
+    files = [f.uri for f in snapshot.files]
     say(f"stats {registry.dataset} ds={ds}: table {table} version {pinned}, {len(files)} files")
     if not files:
         raise TableError(empty)

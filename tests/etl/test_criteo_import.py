@@ -16,9 +16,10 @@ import yaml
 from etl import criteo_import
 from etl.criteo_import import CriteoImportConfig, split_sizes
 from etl.criteo_sample import lines as sample_lines
-from etl.criteo_sample import planted_auc
+from etl.criteo_sample import planted_scores
 from schemas.criteo import DENSE_FEATURES, SPARSE_FEATURES, registry_yaml
 from schemas.errors import ConfigError, DataRefusedError, RegistryError
+from trainer.metrics import auc
 
 DATASET = "t_criteo_kaggle"
 FIRST = "2026-01-01"
@@ -203,6 +204,11 @@ def test_the_reader_gives_the_tensors_of_a_csv_module_parse_of_the_same_lines(im
                          for label, _dense, ids in dlrm], dtype=torch.float32)  # fmt: skip
     torch.testing.assert_close(got, want, rtol=1e-6, atol=0)  # float32 of the float64 reference
     assert any((r["ints"][1] or 0) < 0 for r in reference) and float(got.min()) == 0.0  # I2's negatives became 0
+
+
+def planted_auc(rows: int = 200_000, seed: int = 0) -> float:
+    """The AUC of the true click probability on ``rows`` fresh lines: about the best any model can do."""
+    return auc(*planted_scores(rows, seed))
 
 
 @pytest.mark.spark
