@@ -24,7 +24,7 @@ Rules:
 * The registry ``<registry-dir>/<dataset>.yaml`` is written if it does not exist, and must
   have the Criteo layout if it does (its descriptions, owners and quality may be edited, and
   derived features added).
-* Each day is staged, validated and published on its own (write-audit-publish, as a label
+* Each day is validated and published on its own (write-audit-publish, as a label
   join: ``warehouse/publish.py``), in day order, so each day's gate sees the days before it. A
   day with more than ``max_bad_fraction`` malformed lines, no lines, or a failed quality gate is
   not published; the other days are. Then the job exits with status 3 and says which days.
@@ -64,8 +64,8 @@ from schemas.spark import feature_type
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
 from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
-from warehouse.publish import audit_and_publish, new_run_id, stage, staging_table
-from warehouse.tables import CommitMetrics
+from warehouse.publish import audit_and_publish, new_run_id
+from warehouse.tables import CommitMetrics, persisted
 
 STREAM = "criteo"
 SOURCES = ("criteo",)
@@ -125,7 +125,7 @@ class DayResult:
     bad: int
     clicks: int
     problems: Mapping[str, int]
-    staging_table: str | None = None  # None: refused before staging
+    staging_table: str | None = None  # where a refused day's rows are kept; None: published, or refused before the gate
     gate: tuple[str, ...] = ()
     report_path: str | None = None
     commit: CommitMetrics | None = None
@@ -354,14 +354,13 @@ def _import_day(spark: SparkSession, config: CriteoImportConfig, registry: Datas
     if bad / lines > limit:
         return replace(result, refused=f"{bad:,} of {lines:,} lines ({bad / lines:.2%}) are malformed, more than the "
                        f"{limit:.2%} allowed; nothing was staged. Fix the file, or allow more with --max-bad-fraction")  # fmt: skip
-    staged = staging_table(config.dataset, day, run_id)
-    say(f"{config.dataset} ds={ds}: {lines:,} lines ({bad:,} quarantined), staging {staged}")
-    stage(spark, table_rows(in_day.where(F.col(VALID_COLUMN)), registry, _file_name(source), day), staged)
-    gate = audit_and_publish(spark, registry, table=table, staged=staged, day=day, run_id=run_id, home=config.home,
-                             rows=result.rows, quarantined=(bad, None), say=say)  # fmt: skip
+    say(f"{config.dataset} ds={ds}: {lines:,} lines ({bad:,} quarantined)")
+    with persisted(table_rows(in_day.where(F.col(VALID_COLUMN)), registry, _file_name(source), day)) as rows:
+        gate = audit_and_publish(spark, registry, rows, table=table, day=day, run_id=run_id, home=config.home,
+                                 quarantined=(bad, None), say=say)  # fmt: skip
     refused = None if gate.published else (f"failed {len(gate.report.failures)} of {len(gate.report.checks)} quality "
                                            f"expectations ({table} is unchanged for this ds)")  # fmt: skip
-    return replace(result, staging_table=staged, gate=tuple(gate.report.summary_lines()),
+    return replace(result, staging_table=None if gate.published else gate.staged, gate=tuple(gate.report.summary_lines()),
                    report_path=str(gate.report_path), commit=gate.commit, refused=refused)  # fmt: skip
 
 

@@ -27,10 +27,11 @@ Rules (the contract every training sample relies on):
   ``ds``, non-finite dense values, unknown label types) and empty files are quarantined with
   their file, line and reason (``etl/quarantine.py``); more than ``max_bad_fraction`` of them
   refuses the ds before anything is staged.
-* Write, audit, publish (``warehouse/publish.py``): the rows are staged in a table of this run,
+* Write, audit, publish (``warehouse/publish.py``): the rows are computed once and persisted,
   validated with the registry's Great Expectations suite, and only a passing ds replaces its
-  partition of the feature table, atomically (one Delta commit); no other ds is touched. A
-  refused ds keeps its staging table and report, and raises :class:`DataRefusedError` (exit 3).
+  partition of the feature table, atomically (one Delta commit, written from the validated
+  copy); no other ds is touched. A refused ds is kept in a staging table of the run with its
+  report, and raises :class:`DataRefusedError` (exit 3).
 """
 
 from __future__ import annotations
@@ -43,10 +44,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from etl.landing import (
     RAW_COLUMN,
@@ -74,15 +74,12 @@ from etl.quarantine import (
 from schemas.errors import ConfigError, DataRefusedError, LandingError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import DatasetRegistry, Kind, load_dataset
-from schemas.spark import CORRUPT_RECORD_COLUMN, feature_type
+from schemas.spark import CORRUPT_RECORD_COLUMN, FEATURE_MAPS, feature_type, impression_record_schema
 from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.publish import audit_and_publish, new_run_id, stage, staging_table
-from warehouse.tables import CommitMetrics
-
-_MAP_OF_KIND = {Kind.DENSE: "dense", Kind.SPARSE: "sparse", Kind.WEIGHTED_SPARSE: "weighted_sparse"}
-
+from warehouse.publish import audit_and_publish, new_run_id
+from warehouse.tables import CommitMetrics, persisted
 
 @dataclass(frozen=True)
 class LabelJoinConfig:
@@ -184,14 +181,24 @@ class LabelJoinSummary:
 # --------------------------------------------------------------------------- pure DataFrame logic
 
 
-def dedup_impressions(impressions: DataFrame) -> DataFrame:
-    """One row per impression_id: the earliest event time wins, then the first source file.
+#: Up to this many impressions a day, the surviving copies' row ids are broadcast to pick them out.
+BROADCAST_DEDUP_ROWS = 10_000_000
 
-    A window (sort-based, spills to disk) rather than a hash aggregate of whole rows,
-    so a large day does not have to fit in memory.
+
+def dedup_impressions(impressions: DataFrame, *, rows: int | None = None) -> DataFrame:
+    """One row per impression_id: the earliest event time wins, then the first source file, then the first line.
+
+    The winner of each id is found on the narrow key columns alone (a hash aggregate of
+    ``min(struct(event_time, source_file, split_start, _row_id))``), then the whole rows are kept by
+    their unique ``_row_id``: the wide rows are never shuffled when the ids of at most
+    :data:`BROADCAST_DEDUP_ROWS` impressions (``rows``, if known) can be broadcast.
     """
-    order = Window.partitionBy("impression_id").orderBy("event_time", "source_file")
-    return impressions.withColumn("_copy", F.row_number().over(order)).where(F.col("_copy") == 1).drop("_copy")
+    order = F.struct("event_time", "source_file", "split_start", ROW_ID_COLUMN)
+    winners = (impressions.groupBy("impression_id").agg(F.min(order).alias("_first"))
+               .select(F.col(f"_first.{ROW_ID_COLUMN}").alias(ROW_ID_COLUMN)))  # fmt: skip
+    if rows is not None and rows <= BROADCAST_DEDUP_ROWS:
+        winners = F.broadcast(winners)
+    return impressions.join(winners, ROW_ID_COLUMN, "left_semi")
 
 
 def window_micros(registry: DatasetRegistry) -> Column:
@@ -235,17 +242,16 @@ def label_columns(attributed: DataFrame, registry: DatasetRegistry) -> DataFrame
 
 
 def flatten_features(registry: DatasetRegistry, ds: dt.date) -> list[Column]:
-    """One top-level column per logged feature, looked up in its logged map and cast to its type.
+    """One top-level column per logged feature, taken from its field of the parsed record and cast to its type.
 
-    A renamed feature is looked up under its new name, then its old one. A feature
-    deprecated by ``ds`` is null. (``from_json(to_json(map))`` into a struct looked faster
-    on 20k rows but stalled for minutes on 200k: a per-field lookup is the linear,
-    predictable choice.)
+    The record was parsed with :func:`schemas.spark.impression_record_schema`, so each feature is
+    already a field of its map's struct. A renamed feature is taken under its new name, then its
+    old one. A feature deprecated by ``ds`` is null.
     """
     columns = []
     for f in registry.logged_features:
         if f.populated_on(ds):
-            logged = [F.col(_MAP_OF_KIND[f.kind]).getItem(key) for key in f.log_keys]
+            logged = [F.col(FEATURE_MAPS[f.kind]).getField(key) for key in f.log_keys]
             value = (logged[0] if len(logged) == 1 else F.coalesce(*logged)).cast(feature_type(f))
         else:
             value = F.lit(None).cast(feature_type(f))
@@ -253,25 +259,36 @@ def flatten_features(registry: DatasetRegistry, ds: dt.date) -> list[Column]:
     return columns
 
 
+def feature_maps_json() -> Column:
+    """The line's three feature maps as JSON text (``_dense_json``, ...), cut out of the line in one pass.
+
+    :func:`unknown_feature_keys` lists their names with ``json_object_keys``, which skips the values:
+    the values themselves are parsed once, by the record schema.
+    """
+    return F.json_tuple(RAW_COLUMN, *FEATURE_MAPS.values()).alias(*(f"_{m}_json" for m in FEATURE_MAPS.values()))
+
+
 def unknown_feature_keys(registry: DatasetRegistry) -> Column:
     """Per record, the logged feature names the registry does not know (for that map), whatever their status."""
     parts = []
-    for kind, column in _MAP_OF_KIND.items():
+    none = F.array().cast("array<string>")
+    for kind, column in FEATURE_MAPS.items():
         names = registry.known_log_keys(kind)
-        known = F.array(*[F.lit(n) for n in names]) if names else F.array().cast("array<string>")
-        parts.append(F.array_except(F.coalesce(F.map_keys(column), F.array().cast("array<string>")), known))
+        known = F.array(*[F.lit(n) for n in names]) if names else none
+        parts.append(F.array_except(F.coalesce(F.json_object_keys(F.col(f"_{column}_json")), none), known))
     return F.concat(*parts)
 
 
 def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
     """Parsed impression records as flat rows: keys, features (derived ones computed), and what the summary counts.
 
+    ``records``: :func:`etl.landing.read_impressions` with :func:`schemas.spark.impression_record_schema`.
     ``_valid``: whether the record is usable (:func:`etl.quarantine.impression_valid`); ``_raw``
     (the line), ``source_file``, ``split_start`` and ``_row_id`` say where it came from (``_raw`` is
     kept for bad records only). ``_unknown``: logged feature names not in the registry.
     """
     day = parse_ds(ds)
-    flat = records.select(
+    flat = records.select("*", feature_maps_json()).select(
         "impression_id",
         "user_id",
         "item_id",
@@ -290,12 +307,13 @@ def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str) 
     return add_derived(flat, registry, day)
 
 
-def feature_rows(impressions: DataFrame, labels: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+def feature_rows(impressions: DataFrame, attributed: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
     """The rows of the feature table for ``ds``: keys, labels (0/1), features, ds.
 
-    ``impressions``: valid, deduplicated rows of :func:`flatten_impressions`.
+    ``impressions``: valid, deduplicated rows of :func:`flatten_impressions`; ``attributed``: their
+    labels, from :func:`attribute_labels`.
     """
-    positives = label_columns(attribute_labels(impressions, labels, registry), registry)
+    positives = label_columns(attributed, registry)
     joined = impressions.join(positives, "impression_id", "left").fillna(0, subset=list(registry.label_columns))
     return joined.select(
         "impression_id",
@@ -344,7 +362,8 @@ def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, da
     unpublished = [d for d in days if format_ds(d) not in published]
     present = [d for d in unpublished if path_exists(spark, landing.partition(Stream.IMPRESSIONS, d))]
     if present:
-        frames.append(read_impressions(spark, landing, present).select("impression_id"))
+        frames.append(read_impressions(spark, landing, present, StructType().add("impression_id", "string"))
+                      .select("impression_id"))  # fmt: skip
     result = frames[0]
     for frame in frames[1:]:
         result = result.unionByName(frame)
@@ -411,10 +430,10 @@ def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetR
 
 
 def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | None = None) -> LabelJoinSummary:
-    """Join one ds, quarantine its bad records, stage, validate and publish it; see the module docstring.
+    """Join one ds, quarantine its bad records, validate and publish it; see the module docstring.
 
     Raises :class:`DataRefusedError` (nothing published) when too many records are bad or the
-    staged partition fails the quality gate.
+    partition fails the quality gate.
     """
     started = time.monotonic()
     say = progress or (lambda _message: None)
@@ -432,48 +451,37 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     now = dt.datetime.now(dt.UTC)
 
     say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(days[0])} .. {format_ds(days[-1])}")
-    flat = flatten_impressions(read_impressions(spark, landing, [config.ds]), registry, ds).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    records = read_impressions(spark, landing, [config.ds], impression_record_schema(registry))
     raw_labels = read_labels(spark, landing, present_days) if present_days else empty_labels(spark)
     raw_labels = raw_labels.withColumn(VALID_COLUMN, label_valid(known_types))
-    raw_labels = raw_labels.withColumn(RAW_COLUMN, F.when(~F.col(VALID_COLUMN), F.col(RAW_COLUMN))).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
-    labels = raw_labels.where(F.col(VALID_COLUMN))
+    raw_labels = raw_labels.withColumn(RAW_COLUMN, F.when(~F.col(VALID_COLUMN), F.col(RAW_COLUMN)))
+    with persisted(flatten_impressions(records, registry, ds)) as flat, persisted(raw_labels) as raw_labels:
+        say(f"{config.dataset} ds={ds}: parsing and quarantining bad records")
+        found = _quarantine(spark, config, registry, landing, flat, raw_labels, run_id, now)
 
-    say(f"{config.dataset} ds={ds}: quarantining bad records")
-    found = _quarantine(spark, config, registry, landing, flat, raw_labels, run_id, now)
+        say(f"{config.dataset} ds={ds}: joining labels")
+        labels = raw_labels.where(F.col(VALID_COLUMN))
+        impressions = dedup_impressions(flat.where(F.col(VALID_COLUMN)), rows=found.impressions_read)
+        rows = feature_rows(impressions, attribute_labels(impressions, labels, registry), registry, ds)
+        with persisted(rows) as rows:  # computed once: counted, validated and written from the same blocks
+            # The labels of the rows again (reads two columns of the persisted rows): the summary's counts.
+            label_stats = attribute_labels(rows.select("impression_id", "event_time"), labels, registry).agg(
+                F.count(F.lit(1)).alias("matched"),
+                F.count_distinct("impression_id", "label_type").alias("distinct_pairs"),
+                *[F.count_if((F.col("label_type") == name) & ~F.col("in_window")).alias(f"out_{name}")
+                  for name in known_types],
+            ).first()  # fmt: skip
+            flat.unpersist()  # the rows are materialised: the parsed records are no longer needed
+            lookback_days = math.ceil(registry.max_window / dt.timedelta(days=1))
+            lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
+            known_ids = rows.select("impression_id").unionByName(_impression_ids_before(spark, landing, table, lookback))
+            orphans = labels.where(F.col("ds") == ds).join(known_ids, "impression_id", "left_anti").count()
 
-    staged = staging_table(config.dataset, config.ds, run_id)
-    say(f"{config.dataset} ds={ds}: joining and staging into {staged}")
-    stage(spark, feature_rows(dedup_impressions(flat.where(F.col(VALID_COLUMN))), labels, registry, ds), staged)
-
-    say(f"{config.dataset} ds={ds}: counting")
-    partition = spark.table(staged)
-    label_stats = attribute_labels(partition.select("impression_id", "event_time"), labels, registry).agg(
-        F.count(F.lit(1)).alias("matched"),
-        F.count_distinct("impression_id", "label_type").alias("distinct_pairs"),
-        *[
-            F.count_if((F.col("label_type") == name) & ~F.col("in_window")).alias(f"out_{name}")
-            for name in known_types
-        ],
-    ).first()
-    lookback_days = math.ceil(registry.max_window / dt.timedelta(days=1))
-    lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
-    known_ids = partition.select("impression_id").unionByName(_impression_ids_before(spark, landing, table, lookback))
-    orphans = labels.where(F.col("ds") == ds).join(known_ids, "impression_id", "left_anti").count()
-    positives_row = partition.agg(
-        F.count(F.lit(1)).alias("_rows"), *[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in registry.label_columns]
-    ).first()
-    rows_out = int(positives_row["_rows"])
-    flat.unpersist()
-    raw_labels.unpersist()
-
-    gate = audit_and_publish(spark, registry, table=table, staged=staged, day=config.ds, run_id=run_id,
-                             home=config.home, rows=rows_out, quarantined=(found.bad["impressions"], found.bad["labels"]),
-                             say=say)  # fmt: skip
+            gate = audit_and_publish(spark, registry, rows, table=table, day=config.ds, run_id=run_id,
+                                     home=config.home, quarantined=(found.bad["impressions"], found.bad["labels"]),
+                                     say=say)  # fmt: skip
     report, report_path, commit = gate.report, gate.report_path, gate.commit
+    rows_out = report.rows
     summary = LabelJoinSummary(
         dataset=config.dataset,
         ds=ds,
@@ -489,14 +497,14 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         quarantine_table=found.table,
         problems=found.problems,
         rows_out=rows_out,
-        positives={label.name: int(positives_row[label.column]) for label in registry.labels},
+        positives={label.name: report.label_sums[label.column] for label in registry.labels},
         labels_matched=int(label_stats["matched"]),
         duplicate_labels=int(label_stats["matched"]) - int(label_stats["distinct_pairs"]),
         labels_outside_window={name: int(label_stats[f"out_{name}"]) for name in known_types},
         orphan_labels=int(orphans),
         unknown_features=found.unknown_features,
         unknown_feature_values=found.unknown_feature_values,
-        staging_table=staged,
+        staging_table=gate.staged,
         gate=tuple(report.summary_lines()),
         report_path=str(report_path),
         commit=commit,
@@ -505,7 +513,7 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     if not report.success:
         raise DataRefusedError(
             f"ds {ds} of {config.dataset} failed {len(report.failures)} of {len(report.checks)} quality expectations "
-            f"and was not published ({table} is unchanged); the rows are in {staged}, the report in {report_path}. "
+            f"and was not published ({table} is unchanged); the rows are in {gate.staged}, the report in {report_path}. "
             f"Fix the logs and rerun, or publish it on purpose: featurehouse publish --dataset {config.dataset} "
             f"--ds {ds} --force --reason '...'",
             details=summary.format(),
@@ -550,7 +558,7 @@ def parse_args(argv: Sequence[str] | None = None) -> LabelJoinConfig:
     parser = argparse.ArgumentParser(
         prog="featurehouse label-join",
         description="Join one day of impressions with their delayed labels into the Delta table featurehouse.<dataset>: "
-        "bad records are quarantined, the day is staged, validated by the quality gate and published only if it "
+        "bad records are quarantined, the day is validated by the quality gate and published only if it "
         "passes (exit 3 when the data is refused).",
     )
     add_arguments(parser)

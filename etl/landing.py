@@ -138,10 +138,12 @@ def empty_files(spark: SparkSession, paths: Sequence[str]) -> list[str]:
     return sorted(found)
 
 
-def read_impressions(spark: SparkSession, landing: Landing, days: Sequence[dt.date]) -> DataFrame:
-    """Impression records of ``days``: :func:`schemas.spark.impression_event_schema` plus the columns of :func:`_read_json`."""
+def read_impressions(spark: SparkSession, landing: Landing, days: Sequence[dt.date], schema: StructType | None = None
+                     ) -> DataFrame:  # fmt: skip
+    """Impression records of ``days`` parsed with ``schema`` (default :func:`schemas.spark.impression_event_schema`;
+    the label join passes :func:`schemas.spark.impression_record_schema`), plus the columns of :func:`_read_json`."""
     paths = [landing.partition(Stream.IMPRESSIONS, d) for d in days]
-    return _read_json(spark, paths, impression_event_schema())
+    return _read_json(spark, paths, schema or impression_event_schema())
 
 
 def empty_labels(spark: SparkSession) -> DataFrame:

@@ -9,7 +9,8 @@ The label join and the Criteo import keep a refused partition in its staging tab
 ``--run``):
 
 * without ``--force`` it validates the staged rows again (against the registry and the history
-  as they are now, e.g. after a tolerance was widened) and publishes only if they pass;
+  as they are now, e.g. after a tolerance was widened) and publishes only if they pass (a new
+  refusal is recorded otherwise);
 * with ``--force`` it publishes them as they are; ``--reason`` is required, and who (``--by``,
   default the OS user) and why are recorded in the catalog with the failures that were overridden.
 
@@ -32,8 +33,7 @@ from schemas.errors import ConfigError, DataRefusedError, TableError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import load_dataset
 from warehouse.jobs import add_common_arguments, common_settings, run_spark_job, stderr_progress, Progress
-from warehouse.publish import Decision, GateRecord, check_run_id, drop_staging, last_decision, publish, record, write_report
-from warehouse.quality import trailing_history, validate
+from warehouse.publish import Decision, Override, audit_and_publish, check_run_id, last_decision
 from warehouse.tables import table_name
 
 
@@ -99,34 +99,27 @@ def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None
         raise TableError(f"the staged rows of run {refused['run_id']} ({staged}) are gone (dropped by hand?); rerun "
                          f"the job that staged them: `featurehouse label-join --dataset {config.dataset} --ds {ds}`, "
                          f"or `featurehouse import criteo` of that day's file")  # fmt: skip
-    by = config.by or getpass.getuser()
-    overridden: tuple[str, ...] = tuple(refused["failed_expectations"] or ())
-    report_path = refused["report_path"]
-    if not config.force:
+    registry = load_dataset(config.dataset, config.registry_dir)
+    override = None
+    if config.force:
+        override = Override(by=config.by or getpass.getuser(), reason=config.reason or "",
+                            failed=tuple(refused["failed_expectations"] or ()), expectations=refused["expectations"],
+                            report_path=refused["report_path"])  # fmt: skip
+    else:
         say(f"{config.dataset} ds={ds}: validating {staged} again")
-        registry = load_dataset(config.dataset, config.registry_dir)
-        report = validate(spark.table(staged), registry, config.ds, trailing_history(spark, table, registry, config.ds))
-        report_path = str(write_report(config.home, report, refused["run_id"]))
-        if not report.success:
-            raise DataRefusedError(
-                f"{staged} still fails {len(report.failures)} of {len(report.checks)} expectations; nothing was "
-                f"published. Fix the cause and rerun the label join or import, or publish it on purpose with "
-                f"--force --reason '...'",
-                details="\n".join(report.summary_lines()),
-            )
-        overridden, by = (), "quality gate"
-    say(f"{config.dataset} ds={ds}: publishing {staged} into {table}")
-    commit = publish(spark, table, staged, ds)
-    rows = commit.rows
-    decision = Decision.FORCED if config.force else Decision.PUBLISHED
-    record(spark, GateRecord(
-        dataset=config.dataset, ds=ds, run_id=refused["run_id"], decision=decision, staging_table=staged,
-        expectations=refused["expectations"], failed_expectations=overridden, rows=rows, decided_by=by,
-        report_path=report_path, table_version=commit.version, reason=config.reason if config.force else None,
-    ))  # fmt: skip
-    drop_staging(spark, staged)
-    return PublishSummary(config.dataset, ds, refused["run_id"], decision.value, table, commit.version, rows,
-                          overridden, by, config.reason if config.force else None)  # fmt: skip
+    gate = audit_and_publish(spark, registry, spark.table(staged), table=table, day=config.ds,
+                             run_id=refused["run_id"], home=config.home, staged=staged, override=override, say=say)  # fmt: skip
+    if not gate.published:
+        raise DataRefusedError(
+            f"{staged} still fails {len(gate.report.failures)} of {len(gate.report.checks)} expectations; nothing was "
+            f"published. Fix the cause and rerun the label join or import, or publish it on purpose with "
+            f"--force --reason '...'",
+            details="\n".join(gate.report.summary_lines()),
+        )
+    decision = Decision.FORCED if override else Decision.PUBLISHED
+    return PublishSummary(config.dataset, ds, refused["run_id"], decision.value, table, gate.commit.version,
+                          gate.commit.rows, override.failed if override else (),
+                          override.by if override else "quality gate", config.reason if config.force else None)  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

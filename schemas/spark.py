@@ -67,6 +67,31 @@ def impression_event_schema() -> StructType:
     )
 
 
+#: The impression log's map of each feature kind.
+FEATURE_MAPS = {Kind.DENSE: "dense", Kind.SPARSE: "sparse", Kind.WEIGHTED_SPARSE: "weighted_sparse"}
+
+
+def impression_record_schema(registry: DatasetRegistry) -> StructType:
+    """One impression-log line as the registry implies it: each feature map a struct of the names it logs.
+
+    The same line as :func:`impression_event_schema`, but ``dense``, ``sparse`` and
+    ``weighted_sparse`` are structs with one field per name under which a stored, logged feature
+    of the registry may arrive (new and old names), so that the JSON parser writes each feature
+    straight into its own field: no per-record map, no lookups. Values under other names are
+    skipped, not parsed (their names are counted from the keys alone by the label join).
+    """
+    from pyspark.sql import types as T
+
+    event = {field.name: field for field in impression_event_schema().fields}
+    fields = [event[name] for name in ("impression_id", "user_id", "item_id", "event_time")]
+    for kind, column in FEATURE_MAPS.items():
+        value_type = event[column].dataType.valueType
+        keys = sorted({key for f in registry.logged_features if f.kind is kind for key in f.log_keys})
+        fields.append(T.StructField(column, T.StructType([T.StructField(key, value_type) for key in keys])))
+    fields.append(event[CORRUPT_RECORD_COLUMN])
+    return T.StructType(fields)
+
+
 def label_event_schema() -> StructType:
     """One label-log JSON line: ``{"impression_id": "i-...", "label_type": "click", "event_time": "..."}``."""
     from pyspark.sql import types as T

@@ -1,15 +1,23 @@
 """Write-audit-publish: a partition reaches its feature table only after it passed the quality gate.
 
-    staged = stage(spark, rows, staging_table(dataset, ds, run_id))     # write: a private Delta table
-    report = validate(spark.table(staged), registry, ds, history)      # audit (warehouse/quality.py)
-    publish(spark, "featurehouse.ads", staged, ds)                     # publish: one atomic commit
+    gate = audit_and_publish(spark, registry, rows, table="featurehouse.ads", day=ds, run_id=run_id, home=home)
 
-Each run stages into a table of its own, ``featurehouse_staging.<dataset>_<yyyymmdd>_<run>``, so
-concurrent runs never touch each other's staging. A published partition's staging table is
-dropped; a refused one is kept for inspection until it is published with
-``featurehouse publish`` (after a fix, or ``--force``) or dropped by hand. Every decision is a
-row of ``featurehouse_catalog.quality_gate``; the JSON report of each validation is written to
-``<home>/quality/<dataset>/ds=<ds>/<run_id>.json``.
+The caller computes the partition's rows once and persists them (Spark memory, spilling to local
+disk); the gate validates that copy (``warehouse/quality.py``) and, if it passed, writes the same copy
+into the feature table: one Delta commit that replaces the ds and touches no other. The rows are
+written once, straight into the table; nothing is staged and copied on the way.
+
+A refused partition is written instead to a table of its own run,
+``featurehouse_staging.<dataset>_<yyyymmdd>_<run>``, kept for inspection until it is published
+with ``featurehouse publish`` (after a fix, or ``--force``: the same function, given the staged
+rows) or dropped by hand. Every decision is a row of ``featurehouse_catalog.quality_gate``; the
+JSON report of each validation is written to ``<home>/quality/<dataset>/ds=<ds>/<run_id>.json``.
+
+The guarantee: only rows that passed (or were forced) become visible, all of them in one
+commit, and they are the validated rows: validation and the write read the same persisted
+blocks; a block lost in between (an executor lost on a cluster) is recomputed from the same
+closed landing partitions by deterministic steps (the dedup orders by event time, file and line).
+A run killed before its commit leaves the table as it was (Delta ignores uncommitted files).
 """
 
 from __future__ import annotations
@@ -68,20 +76,21 @@ def stage(spark: SparkSession, rows: DataFrame, table: str) -> None:
     rows.writeTo(table).using("delta").create()
 
 
-def publish(spark: SparkSession, table: str, staged: str, ds: str) -> CommitMetrics:
-    """Replace partition ``ds`` of ``table`` with the staged rows in one Delta commit.
+def publish(spark: SparkSession, table: str, rows: DataFrame, ds: str, *, source: str) -> CommitMetrics:
+    """Replace partition ``ds`` of ``table`` with ``rows`` in one Delta commit.
 
     A conflict with a concurrent writer of the same table (Delta's optimistic concurrency)
-    is retried: the replace is of the whole ds from the same staged rows, so whichever
-    commit lands last, the partition holds exactly one copy of one run's rows.
+    is retried: the replace is of the whole ds from the same rows, so whichever commit lands
+    last, the partition holds exactly one copy of one run's rows. ``source`` names the rows
+    in the error (the run's staging table, kept or to be kept).
     """
     try:
-        return retry_conflicts(lambda: replace_partition(spark, table, spark.table(staged), ds), attempts=ATTEMPTS)
+        return retry_conflicts(lambda: replace_partition(spark, table, rows, ds), attempts=ATTEMPTS)
     except CONFLICTS as err:
         raise TableError(
-            f"publishing ds {ds} of {staged} into {table} lost to concurrent writers {ATTEMPTS} times "
-            f"({first_line(err)}); nothing was published by this run and {staged} is kept: rerun "
-            "`featurehouse publish` for this ds when the other writers are done"
+            f"publishing ds {ds} into {table} lost to concurrent writers {ATTEMPTS} times ({first_line(err)}); "
+            f"nothing was published by this run: rerun it when the other writers are done (a refused run's "
+            f"rows stay in {source} for `featurehouse publish`)"
         ) from err
 
 
@@ -132,42 +141,69 @@ def record(spark: SparkSession, entry: GateRecord) -> None:
 
 @dataclass(frozen=True)
 class GateOutcome:
-    report: QualityReport
-    report_path: Path
+    report: QualityReport | None  # None: forced, not validated
+    report_path: Path | None
     commit: CommitMetrics | None  # None: refused, nothing published
+    staged: str  # the run's staging table: holds the rows of a refused run; a published one's is gone
 
     @property
     def published(self) -> bool:
         return self.commit is not None
 
 
-def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, *, table: str, staged: str, day: dt.date,
-                      run_id: str, home: Path, rows: int, quarantined: tuple[int | None, int | None],
-                      say: Callable[[str], None] = lambda _line: None) -> GateOutcome:  # fmt: skip
-    """The gate on a staged partition: validate it against the trailing history of ``table``, write the
-    report, publish it if it passed, record the decision, then drop a published run's staging table
-    (only after the record: a crash before leaves the staged rows to inspect).
+@dataclass(frozen=True)
+class Override:
+    """A publish on purpose of rows that failed the gate: who, why, and the failures it overrides."""
 
+    by: str
+    reason: str
+    failed: tuple[str, ...]  # the refused run's failed expectations, one line each
+    expectations: int  # how many the refused run was validated against
+    report_path: str | None  # the refused run's report
+
+
+def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: DataFrame, *, table: str, day: dt.date,
+                      run_id: str, home: Path, quarantined: tuple[int | None, int | None] = (None, None),
+                      staged: str | None = None, override: Override | None = None,
+                      say: Callable[[str], None] = lambda _line: None) -> GateOutcome:  # fmt: skip
+    """The gate on one partition's ``rows``: validate them against the trailing history of ``table``, write
+    the report, publish them if they passed, record the decision.
+
+    ``rows`` are read twice (validated, then written): pass a persisted frame
+    (:func:`warehouse.tables.persisted`) or a table, so that the rows written are the rows validated.
+
+    ``staged``: the rows come from this existing staging table (``featurehouse publish``); it is
+    dropped once published, after the record. Otherwise a refused partition is written to the
+    run's staging table, and a published one never is. ``override``: publish without validating.
     ``quarantined``: the run's bad (impression, label) records, for the record; None where not counted.
     """
     ds = format_ds(day)
-    say(f"{registry.dataset} ds={ds}: validating {staged} (quality gate)")
-    report = validate(spark.table(staged), registry, day, trailing_history(spark, table, registry, day))
-    report_path = write_report(home, report, run_id)
+    staging = staged or staging_table(registry.dataset, day, run_id)
+    report = report_path = None
+    if override is None:
+        say(f"{registry.dataset} ds={ds}: validating the partition (quality gate)")
+        report = validate(rows, registry, day, trailing_history(spark, table, registry, day))
+        report_path = write_report(home, report, run_id)
     commit = None
-    if report.success:
+    if override is not None or report.success:
         say(f"{registry.dataset} ds={ds}: publishing into {table}")
-        commit = publish(spark, table, staged, ds)
+        commit = publish(spark, table, rows, ds, source=staging)
+    elif staged is None:
+        say(f"{registry.dataset} ds={ds}: refused; keeping the rows in {staging}")
+        stage(spark, rows, staging)
+    decision = Decision.PUBLISHED if override is None else Decision.FORCED
     record(spark, GateRecord(
-        dataset=registry.dataset, ds=ds, run_id=run_id,
-        decision=Decision.PUBLISHED if report.success else Decision.REFUSED, staging_table=staged,
-        expectations=len(report.checks), failed_expectations=tuple(c.line() for c in report.failures), rows=rows,
-        decided_by="quality gate", report_path=str(report_path), table_version=commit.version if commit else None,
+        dataset=registry.dataset, ds=ds, run_id=run_id, decision=decision if commit else Decision.REFUSED,
+        staging_table=staging, expectations=len(report.checks) if report else override.expectations,
+        failed_expectations=tuple(c.line() for c in report.failures) if report else override.failed,
+        rows=report.rows if report else commit.rows, decided_by="quality gate" if override is None else override.by,
+        report_path=str(report_path) if report else override.report_path, table_version=commit.version if commit else None,
         quarantined_impressions=quarantined[0], quarantined_labels=quarantined[1],
+        reason=override.reason if override else None,
     ))  # fmt: skip
-    if commit is not None:
+    if commit is not None and staged is not None:
         drop_staging(spark, staged)
-    return GateOutcome(report, report_path, commit)
+    return GateOutcome(report, report_path, commit, staging)
 
 
 def last_decision(spark: SparkSession, dataset: str, day: dt.date, run_id: str | None = None) -> dict | None:

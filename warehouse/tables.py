@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from delta.exceptions import (
     ProtocolChangedException,
 )
 from delta.tables import DeltaTable
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -86,6 +88,20 @@ def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition
 def replace_partition(spark: SparkSession, table: str, frame: DataFrame, ds: str) -> CommitMetrics:
     """Atomically replace partition ``ds`` of ``table`` with ``frame`` (one Delta commit)."""
     return overwrite_where(spark, table, frame, F.col(PARTITION_COLUMN) == F.lit(ds))
+
+
+@contextmanager
+def persisted(frame: DataFrame) -> Iterator[DataFrame]:
+    """``frame`` persisted in Spark's memory (as columns; spilling to local disk) while the block runs.
+
+    For rows read more than once, such as a partition that is validated and then written: they
+    are computed once. Released on exit, whatever happens.
+    """
+    cached = frame.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    try:
+        yield cached
+    finally:
+        cached.unpersist()
 
 
 def retry_conflicts(commit: Callable[[], T], *, attempts: int = 4) -> T:
