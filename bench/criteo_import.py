@@ -16,7 +16,10 @@ cannot be downloaded here). Then, each timed on its own:
   the fields the same way and writes one Delta table, once: no validation, quarantine, line
   numbers, days, staging or gate. What the import's checks cost is the difference.
 
-Prints lines per second of each and the ratios. Uses a fresh folder (``--home``, default a temp dir).
+Each contender runs ``--runs`` times (default 3) after one warm-up run, in an order that rotates
+from round to round, in one Spark session started before any clock runs; the median counts.
+Prints lines per second of each and the time ratios. Uses a fresh folder (``--home``, default a
+temp dir).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import argparse
 import datetime as dt
 import gzip
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -77,12 +81,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--gzip", action="store_true", help="write and read the file gzip-compressed")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs of each contender, after one warm-up")
     parser.add_argument("--home", type=Path, default=None, help="a fresh folder for the run (default: a temp dir)")
     ns = parser.parse_args()
 
     from etl import criteo_import
     from etl.criteo_sample import write_sample
-    from warehouse.jobs import stderr_progress
     from warehouse.session import spark_session
 
     home = ns.home or Path(tempfile.mkdtemp(prefix="criteo_bench_"))
@@ -93,32 +97,47 @@ def main() -> None:
     print(f"wrote {path}: {sample.rows:,} lines, {path.stat().st_size / 2**20:,.1f} MiB "
           f"in {time.perf_counter() - started:.1f}s")  # fmt: skip
 
-    results: dict[str, tuple[float, int]] = {}
     with spark_session(home, conf={"spark.ui.enabled": "false"}) as spark:
         spark.sparkContext.setLogLevel("ERROR")
         spark.range(1000).count()  # start the executors before any clock runs
         config = criteo_import.CriteoImportConfig(dataset="criteo_bench", ds=dt.date(2026, 1, 1), files=(str(path),),
                                                   home=home, split_days=ns.days, registry_dir=home / "registry")  # fmt: skip
-        began = time.perf_counter()
-        summary = criteo_import.run(spark, config, progress=stderr_progress)
-        results["featurehouse import criteo"] = (time.perf_counter() - began, summary.lines)
-        print(summary.format())
-        began = time.perf_counter()
-        rows = spark_bare(spark, path, home / "bare_delta")
-        results["Spark, no checks (peer)"] = (time.perf_counter() - began, rows)
-    print("timing the DLRM reference's Python parse ...", flush=True)
-    out = home / "npz"
-    out.mkdir()
-    began = time.perf_counter()
-    rows = reference_parse(path, ns.days, out)
-    results["DLRM reference parse, Python (peer)"] = (time.perf_counter() - began, rows)
 
-    base = results["featurehouse import criteo"]
-    print(f"\n{sample.rows:,} lines, {'gzip' if ns.gzip else 'plain'}, {ns.days} days, local Spark on this machine")
-    print(f"{'':38} {'seconds':>8} {'lines/s':>10} {'featurehouse / this':>20}")
-    for name, (seconds, lines) in results.items():
-        ratio = (lines / seconds) and (base[1] / base[0]) / (lines / seconds)
-        print(f"{name:38} {seconds:8.1f} {lines / seconds:10,.0f} {ratio:19.2f}x")
+        def featurehouse() -> int:
+            summary = criteo_import.run(spark, config)  # a rerun replaces the same days
+            return summary.lines
+
+        def reference() -> int:
+            out = home / "npz"
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            return reference_parse(path, ns.days, out)
+
+        contenders = {
+            "featurehouse import criteo": featurehouse,
+            "Spark, no checks (peer)": lambda: spark_bare(spark, path, home / "bare_delta"),
+            "DLRM reference parse, Python (peer)": reference,
+        }
+        seconds: dict[str, list[float]] = {name: [] for name in contenders}
+        lines: dict[str, int] = {}
+        names = list(contenders)
+        for round_ in range(ns.runs + 1):  # round 0 warms up; the order rotates from round to round
+            for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+                began = time.perf_counter()
+                lines[name] = contenders[name]()
+                took = time.perf_counter() - began
+                print(f"  {'warm-up' if round_ == 0 else f'run {round_}'}: {name} {took:.1f}s", flush=True)
+                if round_:
+                    seconds[name].append(took)
+
+    base = statistics.median(seconds["featurehouse import criteo"])
+    print(f"\n{sample.rows:,} lines, {'gzip' if ns.gzip else 'plain'}, {ns.days} days, local Spark on this machine, "
+          f"{ns.runs} runs each after a warm-up (median [min..max])")  # fmt: skip
+    print(f"{'':38} {'seconds':>22} {'lines/s':>10} {'featurehouse time / this':>25}")
+    for name, runs in seconds.items():
+        median = statistics.median(runs)
+        spread = f"{median:6.1f} [{min(runs):5.1f}..{max(runs):5.1f}]"
+        print(f"{name:38} {spread:>22} {lines[name] / median:10,.0f} {base / median:24.2f}x")
     if ns.home is None:
         shutil.rmtree(home, ignore_errors=True)
 

@@ -40,7 +40,7 @@ import argparse
 import datetime as dt
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,7 +75,7 @@ from schemas.errors import ConfigError, DataRefusedError, LandingError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import DatasetRegistry, Kind, load_dataset
 from schemas.spark import CORRUPT_RECORD_COLUMN, FEATURE_MAPS, feature_type, impression_record_schema
-from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from warehouse.jobs import Progress, add_common_arguments, counting_jobs, common_settings, run_spark_job, stderr_progress
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
 from warehouse.publish import audit_and_publish, new_run_id
@@ -132,6 +132,7 @@ class LabelJoinSummary:
     report_path: str
     commit: CommitMetrics | None  # None: not published
     elapsed_s: float
+    spark_jobs: int  # Spark jobs the run launched
 
     @property
     def published(self) -> bool:
@@ -174,7 +175,8 @@ class LabelJoinSummary:
         if self.commit is not None:
             lines.append(f"  bytes written      {self.commit.bytes:,} in {self.commit.files} files"
                          f" (replaced {self.commit.removed_files} files)")  # fmt: skip
-        lines.append(f"  elapsed            {self.elapsed_s:.1f}s, {self.rows_per_second:,.0f} rows/s, run {self.run_id}")
+        lines.append(f"  elapsed            {self.elapsed_s:.1f}s, {self.rows_per_second:,.0f} rows/s, {self.spark_jobs} Spark "
+                     f"jobs, run {self.run_id}")  # fmt: skip
         return "\n".join(lines)
 
 
@@ -435,6 +437,12 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     Raises :class:`DataRefusedError` (nothing published) when too many records are bad or the
     partition fails the quality gate.
     """
+    with counting_jobs(spark, f"featurehouse label-join {config.dataset} ds={format_ds(config.ds)}") as jobs:
+        return _run(spark, config, progress, jobs)
+
+
+def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None, jobs: Callable[[], int]
+         ) -> LabelJoinSummary:  # fmt: skip
     started = time.monotonic()
     say = progress or (lambda _message: None)
     run_id = new_run_id()
@@ -509,6 +517,7 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         report_path=str(report_path),
         commit=commit,
         elapsed_s=time.monotonic() - started,
+        spark_jobs=jobs(),
     )
     if not report.success:
         raise DataRefusedError(

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -83,3 +85,21 @@ def run_spark_job(parse: Callable[[], C], run: Callable[[Any, C], Summary]) -> i
             return run(spark, config).format()
 
     return run_command(body, secrets)
+
+
+@contextmanager
+def counting_jobs(spark: Any, what: str) -> Iterator[Callable[[], int]]:
+    """Count the Spark jobs launched by this thread inside the block: yields a function returning the count.
+
+    The block runs in a Spark job group of its own (named after ``what``, shown in Spark's UI);
+    the thread's previous group is restored on exit.
+    """
+    sc = spark.sparkContext
+    previous = {key: sc.getLocalProperty(key) for key in ("spark.jobGroup.id", "spark.job.description")}
+    group = f"featurehouse-{uuid.uuid4().hex[:12]}"
+    sc.setJobGroup(group, what)
+    try:
+        yield lambda: len(sc.statusTracker().getJobIdsForGroup(group))
+    finally:
+        for key, value in previous.items():
+            sc.setLocalProperty(key, value)

@@ -117,3 +117,26 @@ def test_too_many_bad_records_refuse_the_ds_and_publish_nothing(spark, request, 
     assert not spark.catalog.databaseExists("featurehouse_staging") or all(  # nothing staged either
         not t.name.startswith(dataset_name(request)) for t in spark.catalog.listTables("featurehouse_staging")
     )
+
+
+def test_an_unknown_feature_beside_a_malformed_known_one_is_quarantined_as_before(spark, request, tmp_path, registry_dir):
+    """The record parser knows only the registry's names; unknown names are counted from the keys alone."""
+    landing = tmp_path / "landing"
+    at = "2026-11-01T05:00:00Z"
+    both = {**imp("both", at), "dense": {"mystery": 0.5, "user_ctr_7d": "abc"}}  # unknown + malformed known value
+    fine = {**imp("fine", at), "dense": {"mystery": 0.5, "user_ctr_7d": 0.25}, "sparse": {"other_ids": [1]}}
+    odd = {**imp("odd", at), "dense": {"user_ctr_7d": 0.5, "odd_ratio": "n/a"}}  # only an unknown value is malformed
+    write_landing(landing, "impressions", DAY1, [fine, both, odd])
+    close_label_days(landing, DAY1, 4)
+
+    summary = _join(spark, request, tmp_path, registry_dir, max_bad_fraction=0.9)
+
+    (row,) = spark.table(quarantine_table(dataset_name(request))).where(f"ds = '{DAY1}'").collect()
+    assert (row.line, row.problem, row.reason) == (2, "bad_type", "dense feature 'user_ctr_7d': 'abc' is not a number")
+    assert summary.quarantined_impressions == 1 and summary.impressions_read == 3
+    # Only usable records count their unknown names; the value under an unknown name is not parsed, so a
+    # record whose only odd value is under an unknown name is published (the name counted, the value dropped).
+    assert summary.unknown_features == ("mystery", "odd_ratio", "other_ids")
+    assert summary.unknown_feature_values == 3
+    published = {r.impression_id: r.user_ctr_7d for r in spark.table(summary.table).collect()}
+    assert published == {"fine": 0.25, "odd": 0.5}

@@ -33,13 +33,7 @@ def rows(n: int) -> list[tuple]:
     return [(f"i{i}", int(i % 10 == 0), 0.1, [1, 2], None) for i in range(n)]
 
 
-def test_a_good_partition_passes_and_planted_faults_fail_by_name(spark):
-    history = History(days=("2026-11-07",), rows=100.0, rates={"label_click": 0.1})
-    good = validate(spark.createDataFrame(rows(100), SCHEMA), REGISTRY, DS, history)
-    assert good.success and not good.failures
-    assert len(good.checks) == 9  # key x2, label set, rate, rows, ctr coverage + range, topics coverage + length
-    assert good.summary_lines() == ["q ds=2026-11-08: 9 of 9 expectations passed (history 2026-11-07 .. 2026-11-07)"]
-
+def planted_faults() -> list[tuple]:
     bad = rows(100)
     bad[1] = ("i0", 0, 0.1, [1], None)  # a duplicate key
     bad[2] = (None, 0, 0.1, [1], None)  # no key
@@ -48,7 +42,17 @@ def test_a_good_partition_passes_and_planted_faults_fail_by_name(spark):
     bad[5] = ("i5", 0, 0.1, [1, 2, 3, 4, 5], None)  # longer than max_length
     for i in range(6, 26):
         bad[i] = (f"i{i}", 0, None, [1], None)  # ctr coverage 79% < 90%
-    report = validate(spark.createDataFrame(bad, SCHEMA), REGISTRY, DS, history)
+    return bad
+
+
+def test_a_good_partition_passes_and_planted_faults_fail_by_name(spark):
+    history = History(days=("2026-11-07",), rows=100.0, rates={"label_click": 0.1})
+    good = validate(spark.createDataFrame(rows(100), SCHEMA), REGISTRY, DS, history)
+    assert good.success and not good.failures
+    assert len(good.checks) == 9  # key x2, label set, rate, rows, ctr coverage + range, topics coverage + length
+    assert good.summary_lines() == ["q ds=2026-11-08: 9 of 9 expectations passed (history 2026-11-07 .. 2026-11-07)"]
+
+    report = validate(spark.createDataFrame(planted_faults(), SCHEMA), REGISTRY, DS, history)
     failed = {(c.expectation, c.column) for c in report.failures}
     assert failed == {
         ("expect_column_values_to_be_unique", "impression_id"),
@@ -64,6 +68,30 @@ def test_a_good_partition_passes_and_planted_faults_fail_by_name(spark):
     assert "FAILED expect_column_max_to_be_between __length_of_topics (lists of topics at most 3 long): observed 5" in lines
     assert lines[-1] == "q ds=2026-11-08: 3 of 9 expectations passed (history 2026-11-07 .. 2026-11-07)"
     assert '"expect_column_values_to_be_in_set"' in report.as_json()
+
+
+@pytest.mark.parametrize("history", [History(days=("2026-11-07",), rows=100.0, rates={"label_click": 0.1}),
+                                     History(days=("2026-11-07",), rows=20.0, rates={"label_click": 0.5}), History()])
+def test_the_one_pass_verdicts_are_the_ones_great_expectations_reaches_itself(spark, history):
+    """The gate computes the metrics in one pass and lets each expectation judge them; Great Expectations
+    computing every metric itself on Spark must reach the same verdict on every expectation."""
+    import great_expectations as gx
+    from pyspark.sql import functions as F
+
+    frame = spark.createDataFrame(planted_faults(), SCHEMA)
+    report = validate(frame, REGISTRY, DS, history)
+    context = gx.get_context(mode="ephemeral")
+    suite = gx.ExpectationSuite(name="cross_check")
+    for expectation in expectations(REGISTRY, DS, history):
+        suite.add_expectation(expectation)
+    batch = (context.data_sources.add_spark(name="cross").add_dataframe_asset(name="q")
+             .add_batch_definition_whole_dataframe("all").get_batch(
+                 batch_parameters={"dataframe": frame.withColumn("__length_of_topics", F.size("topics"))}))  # fmt: skip
+    theirs = {(r.expectation_config.type, r.expectation_config.kwargs.get("column")): r.success
+              for r in batch.validate(suite).results}  # fmt: skip
+    ours = {(c.expectation, c.column): c.success for c in report.checks}
+    assert ours == theirs
+    assert report.rows == 100 and report.label_sums == {"label_click": sum(r[1] for r in planted_faults())}
 
 
 def test_rows_and_rates_are_bounded_by_the_history_and_unbounded_without_one(spark):
