@@ -81,6 +81,7 @@ from warehouse.evolution import prepare_for_write
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import CommitMetrics, persisted
 
+
 @dataclass(frozen=True)
 class LabelJoinConfig:
     dataset: str
