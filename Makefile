@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 STAMP  := $(VENV)/.installed
 JARS   := .jvm/.resolved
+KAFKA  := .jvm/.kafka-resolved
 
 .PHONY: demo test install jars clean
 
@@ -16,9 +17,9 @@ demo: install
 test: install
 	$(VENV)/bin/pytest
 
-install: $(STAMP) $(JARS)
+install: $(STAMP) $(JARS) $(KAFKA)
 
-jars: $(JARS)
+jars: $(JARS) $(KAFKA)
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -26,9 +27,14 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# Delta's JVM package from Maven Central (jvm/pom.xml), resolved once into .jvm/jars.
+# Delta's and Spark's Kafka connector's JVM packages from Maven Central (jvm/pom.xml), resolved once into .jvm/jars.
 $(JARS): jvm/pom.xml jvm/sync_jars.sh $(STAMP)
 	jvm/sync_jars.sh $(VENV)/bin/python
+	touch $@
+
+# Apache Kafka's broker for local runs and tests (jvm/kafka/pom.xml), resolved once into .jvm/kafka.
+$(KAFKA): jvm/kafka/pom.xml jvm/sync_kafka_jars.sh
+	jvm/sync_kafka_jars.sh
 	touch $@
 
 clean:

@@ -1,13 +1,18 @@
 """Shared fixtures: one local SparkSession for the whole run (Delta on, metastore in a temp dir),
-and helpers that write landing-zone files and small registries."""
+one local Kafka broker, and helpers that write landing-zone files and small registries."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from etl.kafka_broker import Broker
 
 SMALL_REGISTRY = """\
 dataset: {dataset}
@@ -51,6 +56,21 @@ def spark(spark_home: Path):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One local Kafka broker for the test run (``etl.kafka_broker.local_broker``); skipped without its jars or
+    Java (``make test`` resolves the jars)."""
+    from etl.kafka_broker import local_broker
+    from schemas.errors import ConfigError
+
+    with ExitStack() as stack:
+        try:
+            broker = stack.enter_context(local_broker(tmp_path_factory.mktemp("kafka")))
+        except ConfigError as err:
+            pytest.skip(f"no local Kafka broker: {err}")
+        yield broker
 
 
 @pytest.fixture

@@ -1,0 +1,216 @@
+"""A local single-node Apache Kafka broker, and the few admin calls the streaming jobs need.
+
+:func:`local_broker` runs Kafka's own broker (KRaft: broker and controller in one JVM,
+listening on 127.0.0.1 only) from the jars ``make jars`` resolves into ``.jvm/kafka``
+(``jvm/kafka/pom.xml``). Its storage is formatted afresh on every start: a broker for
+one run or one test session, not for keeping data. Example::
+
+    with local_broker(Path("/tmp/kafka")) as broker:
+        create_topics(broker.bootstrap, ["featurehouse.ads.impressions"])
+        ...  # featurehouse produce --bootstrap {broker.bootstrap} ...
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from schemas.errors import ConfigError, FeaturehouseError
+
+HOST = "127.0.0.1"
+KAFKA_JARS_VARIABLE = "FEATUREHOUSE_KAFKA_JARS"
+DEFAULT_KAFKA_JARS = Path(__file__).resolve().parent.parent / ".jvm" / "kafka"
+#: The broker's package (keep in step with jvm/kafka/pom.xml).
+KAFKA_PACKAGE = "org.apache.kafka:kafka_2.13:4.4.0"
+STOP_TIMEOUT_S = 15.0
+
+_LOG4J2 = """\
+shutdownHook = disable
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+"""
+
+
+class BrokerError(FeaturehouseError):
+    """A Kafka broker did not start, did not answer, or refused records."""
+
+
+@dataclass(frozen=True)
+class Broker:
+    """A running broker: where clients connect, and its log (stdout and stderr of the JVM)."""
+
+    bootstrap: str
+    log: Path
+
+
+def kafka_jars_dir() -> Path:
+    """Where the broker's jars are: ``$FEATUREHOUSE_KAFKA_JARS``, else ``<repo>/.jvm/kafka``."""
+    return Path(os.environ.get(KAFKA_JARS_VARIABLE) or DEFAULT_KAFKA_JARS)
+
+
+def _java() -> str:
+    """The java executable: ``$JAVA_HOME/bin/java``, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        raise ConfigError(f"no java found ({'JAVA_HOME=' + home if home else 'none on PATH'}); the Kafka broker "
+                          "needs Java 17 or later: install a JDK (e.g. apt-get install openjdk-17-jre-headless) "
+                          "or set JAVA_HOME")  # fmt: skip
+    return java
+
+
+def _classpath() -> str:
+    jars = kafka_jars_dir()
+    if not any(jars.glob("kafka_2.13-*.jar")):
+        raise ConfigError(f"no Kafka broker jars in {jars}; run `make jars` (resolves {KAFKA_PACKAGE} from "
+                          f"Maven Central once into .jvm/kafka), or point ${KAFKA_JARS_VARIABLE} at a folder of "
+                          "them")  # fmt: skip
+    return f"{jars}/*"
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on HOST now (all bound at once, then released)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((HOST, 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+def _properties(folder: Path, port: int, controller_port: int) -> str:
+    """A KRaft combined broker+controller for one machine: replication 1 everywhere."""
+    return f"""\
+process.roles=broker,controller
+node.id=1
+listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}
+advertised.listeners=PLAINTEXT://{HOST}:{port}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+controller.quorum.bootstrap.servers={HOST}:{controller_port}
+log.dirs={folder / "data"}
+num.partitions=1
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+"""
+
+
+def _cluster_id() -> str:
+    """A random Kafka cluster id: 16 bytes, URL-safe base64 without padding, not starting with '-'."""
+    while (text := base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()).startswith("-"):
+        pass
+    return text
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
+def answers(bootstrap: str, timeout_s: float = 1.0) -> bool:
+    """Whether a broker at ``bootstrap`` answers a metadata request with at least one live broker."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})  # no connection-refused noise
+    try:
+        return bool(admin.list_topics(timeout=timeout_s).brokers)
+    except KafkaException:
+        return False
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((HOST, port)) == 0
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM (a controlled shutdown), then SIGKILL if it is still running after STOP_TIMEOUT_S."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextmanager
+def local_broker(folder: Path, *, port: int | None = None, startup_timeout_s: float = 60) -> Iterator[Broker]:
+    """Run a single-node Kafka broker with its files under ``folder``; stop it on exit, whatever happened.
+
+    ``port`` is the client port (a free one when None); the controller takes another free
+    port. Returns once the broker answers a metadata request, at most ``startup_timeout_s``
+    after the JVM starts. ``folder/data`` is formatted afresh (removed first);
+    ``folder/broker.log`` gets the JVM's output.
+    """
+    java, classpath = _java(), _classpath()
+    folder = Path(folder).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder / "data", ignore_errors=True)
+    free = _free_ports(2)
+    port, controller_port = port or free[0], free[1]
+    config, log4j, log = folder / "server.properties", folder / "log4j2.properties", folder / "broker.log"
+    config.write_text(_properties(folder, port, controller_port))
+    log4j.write_text(_LOG4J2)
+    jvm = [java, "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+    with log.open("wb") as out:
+        formatted = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", "--config", str(config),
+                                    "--cluster-id", _cluster_id(), "--standalone"],
+                                   stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+        if formatted.returncode != 0:
+            raise BrokerError(f"formatting Kafka storage in {folder / 'data'} failed (status {formatted.returncode}); "
+                              f"{log}:\n{_tail(log)}")  # fmt: skip
+        process = subprocess.Popen([*jvm, "kafka.Kafka", str(config)], stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    bootstrap = f"{HOST}:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not (_port_open(port) and answers(bootstrap)):
+            if process.poll() is not None:
+                raise BrokerError(f"the Kafka broker exited with status {process.returncode} while starting; "
+                                  f"{log}:\n{_tail(log)}")  # fmt: skip
+            if time.monotonic() > deadline:
+                raise BrokerError(f"the Kafka broker at {bootstrap} did not answer within {startup_timeout_s:g}s; "
+                                  f"{log}:\n{_tail(log)}")  # fmt: skip
+            time.sleep(0.2)
+        yield Broker(bootstrap=bootstrap, log=log)
+    finally:
+        _stop(process)
+
+
+def create_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 1, timeout_s: float = 30) -> None:
+    """Create the ``topics`` that do not exist yet (replication: the broker's default); existing ones are kept."""
+    new = [NewTopic(topic, num_partitions=partitions) for topic in dict.fromkeys(topics)]
+    if not new:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})  # failures are raised below
+    for topic, future in admin.create_topics(new, request_timeout=timeout_s).items():
+        try:
+            future.result()
+        except KafkaException as err:
+            error = err.args[0]
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise BrokerError(f"could not create Kafka topic {topic!r} at {bootstrap}: {error.str()}") from err
