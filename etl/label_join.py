@@ -76,7 +76,7 @@ from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import DatasetRegistry, Kind, load_dataset
 from schemas.spark import CORRUPT_RECORD_COLUMN, FEATURE_MAPS, feature_type, impression_record_schema
 from warehouse.jobs import Progress, add_common_arguments, counting_jobs, common_settings, run_spark_job, stderr_progress
-from warehouse.derived import add_derived
+from warehouse.derived import ROW_DS, add_derived, populated
 from warehouse.evolution import prepare_for_write
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import CommitMetrics, persisted
@@ -244,21 +244,18 @@ def label_columns(attributed: DataFrame, registry: DatasetRegistry) -> DataFrame
     )
 
 
-def flatten_features(registry: DatasetRegistry, ds: dt.date) -> list[Column]:
+def flatten_features(registry: DatasetRegistry, ds: dt.date | str) -> list[Column]:
     """One top-level column per logged feature, taken from its field of the parsed record and cast to its type.
 
     The record was parsed with :func:`schemas.spark.impression_record_schema`, so each feature is
     already a field of its map's struct. A renamed feature is taken under its new name, then its
-    old one. A feature deprecated by ``ds`` is null.
+    old one. A feature deprecated by ``ds`` is null (``ds``: a day, or ``ROW_DS``, each row's own ds).
     """
     columns = []
     for f in registry.logged_features:
-        if f.populated_on(ds):
-            logged = [F.col(FEATURE_MAPS[f.kind]).getField(key) for key in f.log_keys]
-            value = (logged[0] if len(logged) == 1 else F.coalesce(*logged)).cast(feature_type(f))
-        else:
-            value = F.lit(None).cast(feature_type(f))
-        columns.append(value.alias(f.name))
+        logged = [F.col(FEATURE_MAPS[f.kind]).getField(key) for key in f.log_keys]
+        value = (logged[0] if len(logged) == 1 else F.coalesce(*logged)).cast(feature_type(f))
+        columns.append(populated(f, value, ds).alias(f.name))
     return columns
 
 
@@ -282,15 +279,16 @@ def unknown_feature_keys(registry: DatasetRegistry) -> Column:
     return F.concat(*parts)
 
 
-def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str | None) -> DataFrame:
     """Parsed impression records as flat rows: keys, features (derived ones computed), and what the summary counts.
 
     ``records``: :func:`etl.landing.read_impressions` with :func:`schemas.spark.impression_record_schema`.
     ``_valid``: whether the record is usable (:func:`etl.quarantine.impression_valid`); ``_raw``
     (the line), ``source_file``, ``split_start`` and ``_row_id`` say where it came from (``_raw`` is
-    kept for bad records only). ``_unknown``: logged feature names not in the registry.
+    kept for bad records only). ``_unknown``: logged feature names not in the registry. ``ds``: the day of
+    every record (a batch job), or None: each record's own ``ds`` column (a stream, whose records span days).
     """
-    day = parse_ds(ds)
+    day = ROW_DS if ds is None else parse_ds(ds)
     flat = records.select("*", feature_maps_json()).select(
         "impression_id",
         "user_id",
@@ -303,6 +301,7 @@ def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str) 
         "source_file",
         "split_start",
         ROW_ID_COLUMN,
+        *(["line"] if "line" in records.columns else []),  # a stream's records are numbered as they are read
         "ds",
     )
     flat = flat.withColumn(VALID_COLUMN, impression_valid(registry, ds))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -89,22 +89,40 @@ def _read_json(spark: SparkSession, paths: Sequence[str], schema: StructType) ->
     ``_raw`` is the line itself and ``ds`` the partition folder's date. Files are found recursively
     under each ds folder (hour=HH/...); ``_SUCCESS`` and other ``_``/``.`` files are skipped by Spark.
     """
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD_COLUMN}
     lines = spark.read.option("recursiveFileLookup", "true").text(list(paths))
-    return lines.select(
-        F.from_json("value", schema, options).alias("_record"),
-        F.col("value").alias(RAW_COLUMN),
+    located = lines.select(
+        "value",
         F.col("_metadata.file_path").alias("source_file"),
         F.col("_metadata.file_block_start").alias("split_start"),
         F.monotonically_increasing_id().alias(ROW_ID_COLUMN),
-    ).select(
-        "_record.*",
-        RAW_COLUMN,
+    )
+    return parse_json_lines(located, schema, folder_ds())
+
+
+def folder_ds() -> Column:
+    """The ds of a landing file: its ``ds=YYYY-MM-DD`` folder."""
+    return F.regexp_extract("source_file", r"/ds=(\d{4}-\d{2}-\d{2})/", 1)
+
+
+def parse_json_lines(lines: DataFrame, schema: StructType, ds: Column) -> DataFrame:
+    """Parse ``lines`` (``value``: one JSON line; ``source_file``, ``split_start``, ``_row_id`` and any columns
+    ``ds`` reads) permissively with ``schema``: a line that does not parse keeps its text in ``_corrupt_record``.
+
+    The one parse of the batch and the streaming jobs, whatever the lines came from (landing files,
+    Kafka records). Returns the record's fields, ``_raw`` (the line), the location columns, any
+    ``line`` column of ``lines``, and ``ds`` (``ds`` evaluated over the parsed record, e.g. its folder's date).
+    """
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD_COLUMN}
+    extra = [c for c in lines.columns if c not in ("value", "source_file", "split_start", ROW_ID_COLUMN)]
+    record = lines.select(
+        F.from_json("value", schema, options).alias("_record"),
+        F.col("value").alias(RAW_COLUMN),
         "source_file",
         "split_start",
         ROW_ID_COLUMN,
-        F.regexp_extract("source_file", r"/ds=(\d{4}-\d{2}-\d{2})/", 1).alias("ds"),
-    )
+        *extra,
+    ).select("_record.*", RAW_COLUMN, "source_file", "split_start", ROW_ID_COLUMN, *extra)
+    return record.withColumn("ds", ds).drop(*[c for c in extra if c != "line"])
 
 
 def line_numbers(rows: DataFrame, every_row: DataFrame) -> DataFrame:

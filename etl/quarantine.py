@@ -129,12 +129,17 @@ def _finite(column: Column) -> Column:
     return ~F.isnan(column) & (F.abs(column) != float("inf"))
 
 
-def _in_ds(ds: str) -> Column:
-    return F.to_date("event_time") == F.lit(ds).cast("date")
+def ds_value(ds: str | None) -> Column:
+    """The ds a record belongs to: ``ds`` for a job of one ds, else the record's own ``ds`` column (a stream)."""
+    return F.col("ds") if ds is None else F.lit(ds)
 
 
-def impression_valid(registry: DatasetRegistry, ds: str) -> Column:
-    """Whether an impression record of ``ds`` is usable.
+def _in_ds(ds: str | None) -> Column:
+    return F.to_date("event_time") == ds_value(ds).cast("date")
+
+
+def impression_valid(registry: DatasetRegistry, ds: str | None) -> Column:
+    """Whether an impression record of ``ds`` (None: of its own ``ds`` column) is usable.
 
     It parsed, has an ``impression_id`` and an ``event_time`` within ``ds``, and every dense
     feature is finite in its dtype. Evaluated on the columns
@@ -147,8 +152,9 @@ def impression_valid(registry: DatasetRegistry, ds: str) -> Column:
     return F.coalesce(valid, F.lit(False))
 
 
-def with_impression_problem(bad: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
-    """``bad`` (unusable impression records of ``ds``) with ``_problem``: why, as ``struct(code, reason)``.
+def with_impression_problem(bad: DataFrame, registry: DatasetRegistry, ds: str | None) -> DataFrame:
+    """``bad`` (unusable impression records of ``ds``, None: of their ``ds`` column) with ``_problem``: why,
+    as ``struct(code, reason)``.
 
     The reason of a record that did not parse is found by parsing its raw line again, loosely.
     """
@@ -157,7 +163,7 @@ def with_impression_problem(bad: DataFrame, registry: DatasetRegistry, ds: str) 
                          "not a usable impression record")  # fmt: skip
 
 
-def _impression_rules(loose: Column, dense: Sequence[Feature], in_ds: Column, ds: str) -> list[Rule]:
+def _impression_rules(loose: Column, dense: Sequence[Feature], in_ds: Column, ds: str | None) -> list[Rule]:
     rules = _common_rules(F.col(RAW_COLUMN), loose, ["impression_id", "event_time"])
     for key in ("user_id", "item_id"):
         rules.append((loose[key].isNotNull() & loose[key].try_cast("bigint").isNull(), "bad_type",
@@ -177,7 +183,7 @@ def _impression_rules(loose: Column, dense: Sequence[Feature], in_ds: Column, ds
     ))  # fmt: skip
     rules.append((F.col(CORRUPT_RECORD_COLUMN).isNotNull(), "bad_type", "does not match the impression format"))
     rules.append((~in_ds, "outside_ds",
-                  F.concat(F.lit("event_time "), F.col("event_time").cast("string"), F.lit(f" is not in ds {ds}"))))  # fmt: skip
+                  F.concat(F.lit("event_time "), F.col("event_time").cast("string"), F.lit(" is not in ds "), ds_value(ds))))  # fmt: skip
     # One rule over the logged map, not one per feature: the expression stays small to compile.
     float32_keys = F.array(*[F.lit(k) for f in dense if f.dtype is DType.FLOAT32 for k in f.log_keys])
     dense_keys = F.array(*[F.lit(k) for f in dense for k in f.log_keys])

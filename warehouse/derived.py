@@ -18,16 +18,32 @@ from schemas.registry import DatasetRegistry, Feature
 from schemas.spark import feature_type, table_schema
 
 
-def derived_column(feature: Feature, ds: dt.date | None = None) -> Column:
-    """The value of a derived feature: its expression cast to its type; null from its deprecation on."""
+#: ``ds`` of :func:`populated`: each row's own ``ds`` column (a stream's rows span days).
+ROW_DS = "row"
+
+
+def populated(feature: Feature, value: Column, ds: dt.date | str) -> Column:
+    """``value`` where ``feature`` is filled on ``ds``, else null: null for a feature not stored, and from its
+    ``deprecated_ds`` on. ``ds``: the day of every row, or :data:`ROW_DS` for each row's own ``ds`` column."""
+    empty = F.lit(None).cast(feature_type(feature))
+    if ds != ROW_DS:
+        return value if feature.populated_on(ds) else empty
+    deprecated = feature.lifecycle.deprecated_ds
+    if not feature.stored:
+        return empty
+    return value if deprecated is None else F.when(F.col("ds") < F.lit(deprecated.isoformat()), value).otherwise(empty)
+
+
+def derived_column(feature: Feature, ds: dt.date | str | None = None) -> Column:
+    """The value of a derived feature: its expression cast to its type; null from its deprecation on
+    (``ds``: see :func:`populated`; None: not checked)."""
     if feature.derived is None:
         raise ValueError(f"feature {feature.name!r} is not derived")
-    if ds is not None and not feature.populated_on(ds):
-        return F.lit(None).cast(feature_type(feature))
-    return F.expr(feature.derived).cast(feature_type(feature))
+    value = F.expr(feature.derived).cast(feature_type(feature))
+    return value if ds is None else populated(feature, value, ds)
 
 
-def add_derived(frame: DataFrame, registry: DatasetRegistry, ds: dt.date | None = None) -> DataFrame:
+def add_derived(frame: DataFrame, registry: DatasetRegistry, ds: dt.date | str | None = None) -> DataFrame:
     """``frame`` with every derived feature of the registry computed, in registry order."""
     for feature in registry.derived_features:
         frame = frame.withColumn(feature.name, derived_column(feature, ds))
