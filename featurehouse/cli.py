@@ -16,9 +16,12 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("featurehouse.demo", "the main job: 7 days of logs label-joined while the schema evolves, catalog stats, SQL"),
     "generate": ("etl.generate", "write seeded impression and label logs into the landing zone"),
+    "produce": ("etl.produce", "publish landing-zone logs to Kafka hour by hour, for the streaming job"),
     "import": ("etl.criteo_import", "import Criteo's published click logs (Kaggle, 1TB) as date-partitioned days"),
     "criteo-sample": ("etl.criteo_sample", "write a synthetic Criteo-format file with a planted signal (no download)"),
     "label-join": ("etl.label_join", "join one ds of impressions with their labels into featurehouse.<dataset>"),
+    "stream": ("etl.stream", "join impressions and labels as they arrive (files or Kafka), exactly once; publish closed days"),
+    "stream-publish": ("etl.stream_publish", "validate and publish the days a stream has closed (run by `stream`)"),
     "publish": ("etl.publish", "publish a partition the quality gate refused: validated again, or --force --reason"),
     "features": ("etl.features", "diff: show what a registry change does to its table; apply: do it (no file rewritten)"),
     "backfill": ("etl.backfill", "fill a derived feature into past partitions, one commit per partition, verified"),

@@ -1,0 +1,430 @@
+"""Streaming label join: impressions and labels joined as they arrive, from the landing folders or Kafka.
+
+    featurehouse stream --dataset ads --source files --trigger available-now
+    featurehouse stream --dataset ads --source kafka --bootstrap 127.0.0.1:9092 --trigger continuous --interval 30s
+    spark-submit $(featurehouse spark-args) etl/stream.py --dataset ads --source files --trigger available-now
+
+The plan is :mod:`etl.stream_join` (the batch job's parse, flatten and quarantine, one
+stream-stream join); each micro-batch is written by :class:`etl.stream_join.BatchWriter`,
+exactly once (Delta ``txnAppId``/``txnVersion``, checkpoint under ``<home>/streams/<dataset>``).
+
+Where rows become visible:
+
+* a joined row is in ``featurehouse_staging.<dataset>_stream`` as soon as its micro-batch commits:
+  an impression with a label when the label arrives, one without when its longest window closes;
+* a ds is in ``featurehouse.<dataset>`` once the watermark has passed the end of the ds plus the
+  longest window and the ds passed the quality gate: after that micro-batch, the stream runs
+  ``featurehouse stream-publish`` (:mod:`etl.stream_publish`) as a process of its own.
+
+The stream itself never opens the metastore (its session has no Hive catalog; every table is
+addressed by path), so on the embedded default other commands run beside it; only the short
+publish process holds the metastore. ``available-now`` reads what has arrived and stops (what a
+scheduler runs); ``continuous`` runs micro-batches every ``--interval`` until Ctrl-C or SIGTERM,
+which stop it after the current micro-batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from etl.landing import Landing, Stream
+from etl.quarantine import SCHEMA as QUARANTINE_SCHEMA
+from etl.stream_publish import waiting_days
+from etl.stream_join import BatchCounts, BatchWriter, plan, read_files, read_kafka, staging_columns
+from etl.stream_tables import DAYS_SCHEMA, LATE_LABELS_SCHEMA, PROGRESS_SCHEMA, StreamTables
+from schemas.errors import ConfigError, DataRefusedError, FeaturehouseError
+from schemas.names import format_ds, validate_name
+from schemas.redact import redact
+from schemas.registry import DatasetRegistry, load_dataset, parse_duration
+from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from warehouse.publish import new_run_id
+
+
+class Source(StrEnum):
+    FILES = "files"
+    KAFKA = "kafka"
+
+
+class Trigger(StrEnum):
+    AVAILABLE_NOW = "available-now"
+    CONTINUOUS = "continuous"
+
+
+#: Session settings of the stream on top of the embedded ones: no Hive catalog (tables by path).
+STREAM_CONFS = {"spark.sql.catalogImplementation": "in-memory"}
+#: Set while the stream runs. Catalyst's constraint propagation grows without bound on the stream's plan
+#: (a hundred feature columns, each judged, under a join and a union) and exhausts the driver's heap before
+#: the first micro-batch; it only infers extra filters, so turning it off changes no result.
+STREAM_SQL_CONFS = {"spark.sql.constraintPropagation.enabled": "false"}
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    dataset: str
+    home: Path
+    source: Source = Source.FILES
+    trigger: Trigger = Trigger.AVAILABLE_NOW
+    interval: dt.timedelta = dt.timedelta(seconds=30)
+    landing: str | None = None
+    bootstrap: str | None = None
+    topic_prefix: str = "featurehouse"
+    watermark_delay: dt.timedelta = dt.timedelta(hours=1)
+    max_files: int | None = None
+    max_offsets: int | None = None
+    publish: bool = True
+    registry_dir: Path | None = None
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_name("dataset", self.dataset)
+        validate_name("topic prefix", self.topic_prefix)
+        if self.source is Source.KAFKA and not self.bootstrap:
+            raise ConfigError("--source kafka needs --bootstrap HOST:PORT, the broker to read from "
+                              "(e.g. --bootstrap 127.0.0.1:9092)")  # fmt: skip
+        if self.source is Source.FILES and self.bootstrap:
+            raise ConfigError("--bootstrap is for --source kafka; the file source reads --landing")
+        for flag, value in (("max-files-per-trigger", self.max_files), ("max-offsets-per-trigger", self.max_offsets)):
+            if value is not None and value < 1:
+                raise ConfigError(f"--{flag} must be a positive whole number, got {value}")
+
+    @property
+    def landing_root(self) -> str:
+        return self.landing or str(Path(self.home) / "landing")
+
+    def topic(self, stream: Stream) -> str:
+        return f"{self.topic_prefix}.{self.dataset}.{stream.value}"
+
+
+@dataclass
+class StreamSummary:
+    dataset: str
+    source: str
+    trigger: str
+    batches: int = 0
+    records: int = 0
+    rows_out: int = 0
+    quarantined: int = 0
+    late_labels: int = 0
+    watermark: dt.datetime | None = None
+    published: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    stopped_by: str | None = None  # a signal's name, when one stopped a continuous stream
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def format(self) -> str:
+        tables = StreamTables(Path("."), self.dataset)
+        how = f"stopped by {self.stopped_by} after the current micro-batch" if self.stopped_by else "caught up"
+        return "\n".join([
+            f"stream {self.dataset} ({self.source}, {self.trigger}): {how}",
+            f"  micro-batches      {self.batches:,}",
+            f"  records in         {self.records:,} ({self.records_per_second:,.0f}/s over {self.elapsed_s:.1f}s)",
+            f"  rows staged        {self.rows_out:,} -> {tables.name('staging')}",
+            f"  quarantined        {self.quarantined:,} -> {tables.name('quarantine')}",
+            f"  late labels        {self.late_labels:,} -> {tables.name('late_labels')}",
+            f"  watermark          {self.watermark.isoformat() if self.watermark else 'none yet'}",
+            f"  published days     {', '.join(self.published) or 'none'}"
+            + (f"; REFUSED {', '.join(self.refused)}" if self.refused else ""),
+        ])  # fmt: skip
+
+
+def closed_through(watermark: dt.datetime, registry: DatasetRegistry) -> dt.date | None:
+    """The last ds whose every window has closed under ``watermark``: its end plus the longest window is before it."""
+    if watermark.year < 1971:  # no event seen yet
+        return None
+    start = (watermark - registry.max_window - dt.timedelta(microseconds=1)).date()
+    return start - dt.timedelta(days=1)
+
+
+def checkpoint_id(checkpoint: Path) -> str:
+    """The id Spark gave the query of this checkpoint (``metadata``: it survives restarts from the checkpoint)."""
+    return json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
+
+
+def _sources(spark: SparkSession, config: StreamConfig) -> tuple[DataFrame, DataFrame]:
+    if config.source is Source.KAFKA:
+        return tuple(read_kafka(spark, config.bootstrap, config.topic(s), max_offsets=config.max_offsets)
+                     for s in (Stream.IMPRESSIONS, Stream.LABELS))  # fmt: skip
+    landing = config.landing_root.rstrip("/")
+    return tuple(read_files(spark, f"{landing}/{s.value}", max_files=config.max_files)
+                 for s in (Stream.IMPRESSIONS, Stream.LABELS))  # fmt: skip
+
+
+class _AppId:
+    """The writer's ``txnAppId`` prefix, read once the query has written its checkpoint's metadata."""
+
+    def __init__(self, dataset: str, checkpoint: Path) -> None:
+        self.dataset, self.checkpoint, self.value = dataset, checkpoint, None
+
+    def __str__(self) -> str:
+        if self.value is None:
+            self.value = f"featurehouse-stream:{self.dataset}:{checkpoint_id(self.checkpoint)}"
+        return self.value
+
+
+@contextmanager
+def _stop_requests() -> Iterator[Callable[[], str | None]]:
+    """SIGINT and SIGTERM set a flag instead of interrupting; yields a function returning the signal's name."""
+    seen: list[str] = []
+    handler = lambda signum, _frame: seen.append(signal.Signals(signum).name)  # noqa: E731
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: seen[0] if seen else None
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def publish_command(config: StreamConfig, through: dt.date) -> list[str]:
+    """``featurehouse stream-publish`` for ``config``'s dataset, as a separate process."""
+    args = [sys.executable, "-m", "featurehouse.cli", "stream-publish", "--dataset", config.dataset,
+            "--through", format_ds(through), "--home", str(config.home)]  # fmt: skip
+    if config.registry_dir is not None:
+        args += ["--registry-dir", str(config.registry_dir)]
+    for key, value in config.spark_conf.items():
+        if key not in STREAM_CONFS:  # the publish process opens the metastore
+            args += ["--conf", f"{key}={value}"]
+    return args
+
+
+def run(spark: SparkSession, config: StreamConfig, *, progress: Progress | None = None,
+        publisher: Callable[[dt.date], int] | None = None) -> StreamSummary:  # fmt: skip
+    """Run the stream until it has caught up (available-now) or is stopped (continuous); see the module docstring.
+
+    ``publisher(through)``: decides the closed, staged days through ``through`` and returns the exit
+    status of ``featurehouse stream-publish`` (default: that command as a process of its own).
+    """
+    with _runtime_confs(spark, STREAM_SQL_CONFS):
+        return _run(spark, config, progress, publisher)
+
+
+@contextmanager
+def _runtime_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[None]:
+    previous = {key: spark.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+
+
+def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
+         publisher: Callable[[dt.date], int] | None) -> StreamSummary:  # fmt: skip
+    say = progress or (lambda _message: None)
+    started = time.monotonic()
+    registry = load_dataset(config.dataset, config.registry_dir)
+    tables = StreamTables(config.home, config.dataset)
+    publisher = publisher or (lambda through: _publish_process(config, through, say))
+    summary = StreamSummary(config.dataset, config.source.value, config.trigger.value)
+    impression_lines, label_lines = _sources(spark, config)
+    output = plan(registry, impression_lines, label_lines, delay=f"{int(config.watermark_delay.total_seconds())} seconds")
+    staged_schema = output.select(*staging_columns(registry)).schema
+    tables.create(spark, "staging", staged_schema, partitioned=True)
+    tables.create(spark, "quarantine", QUARANTINE_SCHEMA, partitioned=True)
+    tables.create(spark, "late_labels", LATE_LABELS_SCHEMA)
+    tables.create(spark, "progress", PROGRESS_SCHEMA)
+    tables.create(spark, "days", DAYS_SCHEMA)
+    run_id = new_run_id()
+    writer = BatchWriter(registry, tables, _AppId(config.dataset, tables.checkpoint), run_id)  # type: ignore[arg-type]
+    writer_stream = output.writeStream.foreachBatch(writer).option("checkpointLocation", str(tables.checkpoint))
+    if config.trigger is Trigger.AVAILABLE_NOW:
+        writer_stream = writer_stream.trigger(availableNow=True)
+    else:
+        writer_stream = writer_stream.trigger(processingTime=f"{int(config.interval.total_seconds())} seconds")
+    say(f"stream {config.dataset}: {config.source.value} -> {tables.name('staging')} ({config.trigger.value}, "
+        f"watermark delay {config.watermark_delay}, checkpoint {tables.checkpoint})")  # fmt: skip
+    state = _Loop(config, registry, tables, writer, summary, say, publisher, run_id)
+    with _stop_requests() as stop_requested:
+        query = writer_stream.queryName(f"featurehouse_stream_{config.dataset}").start()
+        try:
+            while not query.awaitTermination(1.0):
+                state.after_batches(query.recentProgress, spark)
+                if (signal_name := stop_requested()) is not None:
+                    summary.stopped_by = signal_name
+                    say(f"stream {config.dataset}: {signal_name}: stopping after the current micro-batch")
+                    while query.status["isTriggerActive"]:
+                        time.sleep(0.2)
+                    query.stop()
+                    break
+        finally:
+            if query.isActive:
+                query.stop()
+        if query.exception() is not None:
+            raise query.exception()
+        state.after_batches(query.recentProgress, spark, final=summary.stopped_by is None)
+    summary.elapsed_s = time.monotonic() - started
+    return summary
+
+
+@dataclass
+class _Loop:
+    """What the driver does between micro-batches: progress lines and rows, and publishing closed days."""
+
+    config: StreamConfig
+    registry: DatasetRegistry
+    tables: StreamTables
+    writer: BatchWriter
+    summary: StreamSummary
+    say: Progress
+    publisher: Callable[[dt.date], int]
+    run_id: str
+    last_batch: int = -1
+    published_through: dt.date | None = None
+
+    def after_batches(self, progresses: Sequence[dict], spark: SparkSession, *, final: bool = False) -> None:
+        new = [p for p in progresses if p["batchId"] > self.last_batch and p["batchId"] in self.writer.counts]
+        rows = [self._account(p) for p in new]
+        if rows:
+            spark.createDataFrame(rows, PROGRESS_SCHEMA).write.format("delta").mode("append").save(
+                self.tables.path("progress"))
+        watermark = self.summary.watermark
+        through = closed_through(watermark, self.registry) if watermark else None
+        due = through is not None and (self.published_through is None or through > self.published_through)
+        if self.config.publish and due and (new or final):
+            if waiting_days(spark, self.tables, through):
+                self._publish(through)
+            else:
+                self.published_through = through  # nothing staged is waiting: no process to start
+
+    def _account(self, progress: dict) -> dict:
+        batch_id = int(progress["batchId"])
+        counts: BatchCounts = self.writer.counts[batch_id]
+        self.last_batch = batch_id
+        state = progress.get("stateOperators") or []
+        state_rows = sum(int(s.get("numRowsTotal", 0)) for s in state)
+        memory = sum(int(s.get("memoryUsedBytes", 0)) for s in state)
+        dropped = sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
+        s = self.summary
+        s.batches += 1
+        s.records += counts.input_records
+        s.rows_out += counts.output_rows
+        s.quarantined += counts.quarantined
+        s.late_labels += counts.late_labels
+        watermark = _parse_time(progress.get("eventTime", {}).get("watermark"))
+        s.watermark = max(filter(None, (s.watermark, watermark)), default=None)
+        duration = int(progress.get("durationMs", {}).get("triggerExecution", 0))
+        self.say(f"stream {self.config.dataset} batch {batch_id}: {counts.input_records:,} records in, "
+                 f"{counts.output_rows:,} rows staged, {counts.quarantined:,} quarantined, {counts.late_labels:,} late "
+                 f"labels, watermark {watermark.isoformat() if watermark else '-'}, state {state_rows:,} rows / "
+                 f"{memory / 2**20:.1f} MiB, {duration / 1000:.1f}s")  # fmt: skip
+        return {"dataset": self.config.dataset, "source": self.config.source.value, "run_id": self.run_id,
+                "batch_id": batch_id, "batch_time": _parse_time(progress.get("timestamp")),
+                "input_rows": counts.input_records, "output_rows": counts.output_rows,
+                "quarantined": counts.quarantined, "late_labels": counts.late_labels, "late_rows_dropped": dropped,
+                "watermark": watermark, "state_rows": state_rows, "state_memory_bytes": memory,
+                "duration_ms": duration, "published": None}  # fmt: skip
+
+    def _publish(self, through: dt.date) -> None:
+        self.say(f"stream {self.config.dataset}: days through {format_ds(through)} are closed; publishing them")
+        status = self.publisher(through)
+        if status == 0:
+            self.published_through = through
+            self.summary.published.append(f"through {format_ds(through)}")
+        elif status == DataRefusedError.exit_status:
+            self.published_through = through  # decided: refused days wait for `featurehouse publish`
+            self.summary.refused.append(f"through {format_ds(through)}")
+        else:
+            message = (f"publishing the closed days through {format_ds(through)} failed (exit {status}); "
+                       "the rows stay staged")  # fmt: skip
+            if self.config.trigger is Trigger.AVAILABLE_NOW:
+                raise FeaturehouseError(f"stream {self.config.dataset}: {message}; run `featurehouse stream-publish "
+                                        f"--dataset {self.config.dataset} --through {format_ds(through)}` once the "
+                                        "metastore is free")  # fmt: skip
+            self.say(f"stream {self.config.dataset}: {message}; retried after the next micro-batch")
+
+
+def _parse_time(text: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def _publish_process(config: StreamConfig, through: dt.date, say: Progress) -> int:
+    """Run ``featurehouse stream-publish`` as a process of its own; its output goes to this one's stderr."""
+    command = publish_command(config, through)
+    say("running " + redact(" ".join(command[1:])))
+    return subprocess.run(command, stdout=sys.stderr, check=False).returncode
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", required=True, help="dataset name; its registry is <registry-dir>/<dataset>.yaml")
+    parser.add_argument("--source", choices=[s.value for s in Source], default=Source.FILES.value,
+                        help="files: new files of the landing folders; kafka: the topics <prefix>.<dataset>.impressions "
+                        "and .labels (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--trigger", choices=[t.value for t in Trigger], default=Trigger.AVAILABLE_NOW.value,
+                        help="available-now: read what has arrived, publish what closed, stop; continuous: a "
+                        "micro-batch every --interval until Ctrl-C or SIGTERM (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--interval", default="30s", help="micro-batch interval of --trigger continuous, e.g. 10s, 1m")
+    parser.add_argument("--landing", default=None, help="landing zone root for --source files (default: <home>/landing)")
+    parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers HOST:PORT for --source kafka")
+    parser.add_argument("--topic-prefix", default="featurehouse", help="Kafka topic prefix (default: %(default)s)")
+    parser.add_argument("--watermark-delay", default="1h",
+                        help="how far behind the latest event time a record may arrive and still count; later labels "
+                        "go to the late-labels table (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--max-files-per-trigger", type=int, default=None, metavar="N",
+                        help="files of each landing stream per micro-batch (default: all new files)")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=None, metavar="N",
+                        help="Kafka records of each topic per micro-batch (default: all new records)")
+    parser.add_argument("--no-publish", action="store_true",
+                        help="only stage: do not run stream-publish when days close")
+    add_common_arguments(parser)
+
+
+def _duration(flag: str, text: str) -> dt.timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise ConfigError(f"--{flag} {text!r} is not a duration; write it like 30s, 15m, 1h or 1d") from err
+
+
+def parse_args(argv: Sequence[str] | None = None) -> StreamConfig:
+    parser = argparse.ArgumentParser(
+        prog="featurehouse stream",
+        description="Join impressions with their labels as they arrive (landing folders or Kafka) into the staging "
+        "table featurehouse_staging.<dataset>_stream, exactly once; each day whose windows have closed is validated "
+        "and published into featurehouse.<dataset> by the batch job's quality gate.",
+    )
+    add_arguments(parser)
+    ns = parser.parse_args(argv)
+    return StreamConfig(
+        dataset=ns.dataset,
+        source=Source(ns.source),
+        trigger=Trigger(ns.trigger),
+        interval=_duration("interval", ns.interval),
+        landing=ns.landing,
+        bootstrap=ns.bootstrap,
+        topic_prefix=ns.topic_prefix,
+        watermark_delay=_duration("watermark-delay", ns.watermark_delay),
+        max_files=ns.max_files_per_trigger,
+        max_offsets=ns.max_offsets_per_trigger,
+        publish=not ns.no_publish,
+        **common_settings(ns),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def parse() -> StreamConfig:
+        config = parse_args(argv)
+        return StreamConfig(**{**config.__dict__, "spark_conf": {**STREAM_CONFS, **config.spark_conf}})
+
+    return run_spark_job(parse, lambda spark, config: run(spark, config, progress=stderr_progress))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,250 @@
+"""The streaming label join's plan: sources parsed as the batch job parses them, one stream-stream join.
+
+Lines come from the landing folders (a file stream) or from Kafka; after :func:`read_files` or
+:func:`read_kafka` there is one code path. Records are parsed (:func:`etl.landing.parse_json_lines`),
+flattened and judged (:func:`etl.label_join.flatten_impressions`, :func:`etl.quarantine.label_valid`)
+by the batch job's own functions, with each record's ds its own (a stream spans days).
+
+Valid impressions are joined with valid labels on ``impression_id`` where
+``impression time <= label time <= impression time + the longest window``, a left outer
+stream-stream join with a watermark on both event times: a matched pair is emitted as soon as both
+sides have arrived; an impression is emitted alone once the watermark has passed the end of its
+longest window (its label types that did not arrive are then 0). Each label type's own window
+is applied when a ds is published (:mod:`etl.stream_publish`), as the batch job applies it.
+
+The query's output, one micro-batch at a time, is the union of five kinds of rows (``_kind``):
+``row`` (the join's output), ``impression`` (each valid impression as it arrives, to count it),
+``bad_impression`` and ``bad_label`` (records to quarantine, with the batch job's reasons), and
+``label`` (every valid label of the batch: those behind the watermark, which the join drops, are
+kept as late labels). :class:`BatchWriter` writes them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from etl.label_join import flatten_impressions
+from etl.landing import RAW_COLUMN, ROW_ID_COLUMN, folder_ds, parse_json_lines
+from etl.quarantine import (
+    PROBLEM_COLUMN,
+    VALID_COLUMN,
+    label_valid,
+    numbered_quarantine_rows,
+    with_impression_problem,
+    with_label_problem,
+)
+from etl.stream_tables import StreamTables
+from schemas.registry import DatasetRegistry
+from schemas.spark import impression_record_schema, label_event_schema
+from warehouse.tables import persisted
+
+KIND = "_kind"
+#: Where each joined row came from: the impression's copy (file or Kafka partition, line or offset) and its label's.
+LABEL_COLUMNS = ["label_type", "label_time", "label_file", "label_line"]
+#: Any line break Hadoop's text reader ends a line at (it reads \n, \r and \r\n).
+LINE_BREAK = r"\r\n|\r|\n"
+
+
+def read_files(spark: SparkSession, root: str, *, max_files: int | None) -> DataFrame:
+    """New landing files under ``root`` (one stream's folder), one row per line with its 1-based ``line``.
+
+    Each file is read whole and cut into lines, so that every line is numbered as the batch job
+    numbers it (a stream has no row ids to count lines by). An empty file is one row whose
+    ``value`` is null (quarantined as ``empty_file``). ``max_files``: files per micro-batch.
+    """
+    reader = spark.readStream.format("text").option("wholetext", "true")
+    if max_files:
+        reader = reader.option("maxFilesPerTrigger", str(max_files))
+    files = reader.load(root)
+    text = F.regexp_replace("value", rf"({LINE_BREAK})\z", "")  # a final line break ends the last line
+    lines = F.when(F.length("value") > 0, F.split(text, LINE_BREAK)).otherwise(F.array(F.lit(None).cast("string")))
+    return files.select(
+        F.posexplode(lines).alias("_pos", "value"),
+        F.col("_metadata.file_path").alias("source_file"),
+    ).withColumn("_number", (F.col("_pos") + 1).cast("long")).select(
+        "value",
+        "source_file",
+        F.lit(0).cast("long").alias("split_start"),
+        F.col("_number").alias(ROW_ID_COLUMN),
+        F.when(F.col("value").isNotNull(), F.col("_number")).alias("line"),
+    )
+
+
+def read_kafka(spark: SparkSession, bootstrap: str, topic: str, *, max_offsets: int | None) -> DataFrame:
+    """Records of ``topic`` as lines: ``source_file`` is ``kafka:<topic>/<partition>``, ``line`` the offset."""
+    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .option("startingOffsets", "earliest"))  # fmt: skip
+    if max_offsets:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    return reader.load().select(
+        F.col("value").cast("string").alias("value"),
+        F.concat(F.lit("kafka:"), F.col("topic"), F.lit("/"), F.col("partition").cast("string")).alias("source_file"),
+        F.lit(0).cast("long").alias("split_start"),
+        F.col("offset").alias(ROW_ID_COLUMN),
+        F.col("offset").alias("line"),
+        F.date_format("timestamp", "yyyy-MM-dd").alias("_arrival_ds"),
+    )
+
+
+def record_ds(lines: DataFrame) -> Column:
+    """A record's ds: its landing folder's date; from Kafka, its event time's date (else the day it arrived)."""
+    if "_arrival_ds" in lines.columns:
+        return F.coalesce(F.date_format("event_time", "yyyy-MM-dd"), F.col("_arrival_ds"))
+    return folder_ds()
+
+
+def window_interval(registry: DatasetRegistry) -> Column:
+    seconds = int(registry.max_window.total_seconds())
+    return F.expr(f"INTERVAL {seconds} SECONDS")
+
+
+def plan(registry: DatasetRegistry, impression_lines: DataFrame, label_lines: DataFrame, *, delay: str) -> DataFrame:
+    """The streaming query's output (see the module docstring); ``delay``: the watermark delay, e.g. ``"1 hour"``."""
+    records = parse_json_lines(impression_lines, impression_record_schema(registry), record_ds(impression_lines))
+    flat = flatten_impressions(records, registry, None)
+    labels = parse_json_lines(label_lines, label_event_schema(), record_ds(label_lines))
+    labels = labels.withColumn(VALID_COLUMN, label_valid([label.name for label in registry.labels]))
+
+    impressions = flat.where(F.col(VALID_COLUMN)).select(*staged_impression_columns(registry))
+    valid_labels = labels.where(F.col(VALID_COLUMN)).select(
+        F.col("impression_id").alias("_label_impression_id"),
+        "label_type",
+        F.col("event_time").alias("label_time"),
+        F.col("source_file").alias("label_file"),
+        F.col("line").alias("label_line"),
+        F.col("ds").alias("_label_ds"),
+    )
+    i, lab = impressions.withWatermark("event_time", delay), valid_labels.withWatermark("label_time", delay)
+    joined = i.join(
+        lab,
+        (F.col("_label_impression_id") == F.col("impression_id"))
+        & (F.col("label_time") >= F.col("event_time"))
+        & (F.col("label_time") <= F.col("event_time") + window_interval(registry)),
+        "leftOuter",
+    ).drop("_label_impression_id", "_label_ds")
+    kinds = [
+        joined.withColumn(KIND, F.lit("row")),
+        impressions.select("impression_id", "ds").withColumn(KIND, F.lit("impression")),  # counted on arrival
+        flat.where(~F.col(VALID_COLUMN)).withColumn(KIND, F.lit("bad_impression")),
+        labels.where(~F.col(VALID_COLUMN)).withColumn(KIND, F.lit("bad_label")),
+        valid_labels.select(F.col("_label_impression_id").alias("impression_id"), *LABEL_COLUMNS,
+                            F.col("_label_ds").alias("ds")).withColumn(KIND, F.lit("label")),  # fmt: skip
+    ]
+    out = kinds[0]
+    for frame in kinds[1:]:
+        out = out.unionByName(frame, allowMissingColumns=True)
+    return out
+
+
+def staged_impression_columns(registry: DatasetRegistry) -> list[str]:
+    """An impression's columns in the staging table: keys, stored features, where it came from, ds."""
+    return ["impression_id", "user_id", "item_id", "event_time", *[f.name for f in registry.stored_features],
+            "source_file", "split_start", "line", "ds"]  # fmt: skip
+
+
+def staging_columns(registry: DatasetRegistry) -> list[str]:
+    return [*staged_impression_columns(registry), *LABEL_COLUMNS]
+
+
+def batch_watermark(checkpoint: Path, batch_id: int) -> dt.datetime:
+    """The event-time watermark micro-batch ``batch_id`` runs with: the join drops rows at or before it.
+
+    Spark writes it into the batch's entry of its offset log (``offsets/<id>``: a version line,
+    then the batch's metadata as JSON) before the batch runs, so a batch rerun after a crash
+    gets the same value. Structured Streaming offers no public call for it inside ``foreachBatch``.
+    """
+    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    millis = int(json.loads(lines[1])["batchWatermarkMs"])
+    return dt.datetime.fromtimestamp(millis / 1000, dt.UTC)
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    input_records: int
+    output_rows: int
+    quarantined: int
+    late_labels: int
+    watermark: dt.datetime
+
+
+@dataclass
+class BatchWriter:
+    """``foreachBatch``: writes one micro-batch into the stream's tables, each write idempotent.
+
+    Every write is a Delta append tagged with ``txnAppId`` (the table and the checkpoint's own id)
+    and ``txnVersion`` (the batch id): a batch run again after a crash skips the writes that had
+    committed and makes the others, so each row lands exactly once.
+    """
+
+    registry: DatasetRegistry
+    tables: StreamTables
+    app_id: str  # the stream's checkpoint: stable across restarts of it
+    run_id: str  # this run of the stream: recorded with its quarantined records
+    counts: dict[int, BatchCounts] = field(default_factory=dict)
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        watermark = batch_watermark(self.tables.checkpoint, batch_id)
+        is_late = (F.col(KIND) == "label") & (F.col("label_time") <= F.lit(watermark))
+        with persisted(batch) as batch:
+            stats = batch.agg(
+                F.count_if(F.col(KIND) != "row").alias("records"),
+                F.count_if(F.col(KIND) == "row").alias("rows"),
+                F.count_if(F.col(KIND).startswith("bad_")).alias("bad"),
+                F.count_if(is_late).alias("late"),
+            ).first()
+            if stats["rows"]:
+                self._append(batch.where(F.col(KIND) == "row").select(*staging_columns(self.registry)), "staging",
+                             batch_id)  # fmt: skip
+            if stats["bad"]:
+                self._append(self._quarantine(batch), "quarantine", batch_id)
+            if stats["late"]:
+                self._append(self._late(batch.where(is_late), watermark, batch_id), "late_labels", batch_id)
+        self.counts[batch_id] = BatchCounts(int(stats["records"]), int(stats["rows"]), int(stats["bad"]),
+                                            int(stats["late"]), watermark)  # fmt: skip
+
+    def _append(self, rows: DataFrame, table: str, batch_id: int) -> None:
+        (rows.write.format("delta").mode("append").option("txnAppId", f"{self.app_id}:{table}")
+         .option("txnVersion", batch_id).save(self.tables.path(table)))  # fmt: skip
+
+    def _quarantine(self, batch: DataFrame) -> DataFrame:
+        """The batch's bad records as quarantine rows, with the batch job's problems and reasons."""
+        now = self.clock()
+        bad = batch.where(F.col(KIND).startswith("bad_"))
+        empty_file = F.struct(F.lit("empty_file").alias("code"), F.lit("empty file").alias("reason"))
+        impressions = with_impression_problem(bad.where(F.col(KIND) == "bad_impression"), self.registry, None)
+        labels = with_label_problem(bad.where(F.col(KIND) == "bad_label"), [lab.name for lab in self.registry.labels])
+        rows = []
+        for frame, stream in ((impressions, "impressions"), (labels, "labels")):
+            frame = frame.withColumn(PROBLEM_COLUMN, F.when(F.col("line").isNull(), empty_file)
+                                     .otherwise(F.col(PROBLEM_COLUMN)))  # fmt: skip
+            frame = frame.withColumn(RAW_COLUMN, F.coalesce(RAW_COLUMN, F.lit("")))
+            rows.append(numbered_quarantine_rows(frame, stream, self.run_id, now))
+        return rows[0].unionByName(rows[1])
+
+    def _late(self, late: DataFrame, watermark: dt.datetime, batch_id: int) -> DataFrame:
+        """Labels behind the watermark, with how late they are and, where it was already staged, their impression."""
+        staged = (late.sparkSession.read.format("delta").load(self.tables.path("staging"))
+                  .groupBy("impression_id").agg(F.min("event_time").alias("impression_time")))  # fmt: skip
+        seconds = lambda later, earlier: F.unix_micros(later) / 1e6 - F.unix_micros(earlier) / 1e6  # noqa: E731
+        return late.join(staged, "impression_id", "left").select(
+            "impression_id",
+            "label_type",
+            F.col("label_time").alias("event_time"),
+            F.lit(watermark).alias("watermark"),
+            seconds(F.lit(watermark), F.col("label_time")).alias("late_by_s"),
+            "impression_time",
+            seconds(F.col("label_time"), F.col("impression_time")).alias("delay_s"),
+            F.col("label_file").alias("source_file"),
+            F.col("label_line").alias("line"),
+            F.lit(batch_id).cast("long").alias("batch_id"),
+            F.lit(self.clock()).alias("recorded_at"),
+            "ds",
+        )

@@ -1,0 +1,181 @@
+"""Publish the days a stream has closed: its staged rows of each ds through the batch job's quality gate.
+
+    featurehouse stream-publish --dataset ads --through 2026-11-03
+
+The stream (``featurehouse stream``) runs this as a short process of its own each time its
+watermark closes a day, so that only this process opens the metastore, for as long as it
+publishes. Run by hand, it publishes what is closed and not yet decided; it is idempotent.
+
+For each staged ds up to ``--through`` that has no decision yet, in order:
+
+* the copies of each impression collapse to one, as in the batch job: the earliest event time,
+  then the first file and line (Kafka: partition and offset);
+* its labels count where ``0 <= label time - impression time <= the window of their type``
+  (the join matched them within the longest window), else 0;
+* more than ``max_bad_fraction`` malformed impression records refuse the ds, as in batch;
+* the rows are validated and published by :func:`warehouse.publish.audit_and_publish`, the batch
+  job's gate: a passing ds replaces its partition of ``featurehouse.<dataset>`` in one commit, a
+  refused one is kept in a staging table of its run for ``featurehouse publish``;
+* the decision is appended to the stream's days table, so that the ds is not decided again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from etl.label_join import feature_rows, window_micros
+from etl.stream_tables import DAYS_SCHEMA, StreamTables
+from schemas.errors import DataRefusedError
+from schemas.names import format_ds, parse_ds, validate_name
+from schemas.registry import DatasetRegistry, load_dataset
+from warehouse.evolution import prepare_for_write
+from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from warehouse.publish import audit_and_publish, new_run_id
+from warehouse.tables import persisted
+
+
+@dataclass(frozen=True)
+class StreamPublishConfig:
+    dataset: str
+    through: dt.date
+    home: Path
+    registry_dir: Path | None = None
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_name("dataset", self.dataset)
+
+
+@dataclass(frozen=True)
+class DayDecision:
+    ds: str
+    published: bool
+    rows: int
+    late_labels: int
+    detail: str  # the table version, or where the refused rows and report are
+
+
+@dataclass(frozen=True)
+class StreamPublishSummary:
+    dataset: str
+    through: str
+    decisions: tuple[DayDecision, ...]
+
+    def format(self) -> str:
+        if not self.decisions:
+            return f"stream-publish {self.dataset}: no staged day through {self.through} is waiting for the gate"
+        lines = [f"stream-publish {self.dataset}: {len(self.decisions)} day(s) through {self.through}"]
+        lines += [f"  ds={d.ds}  {'published' if d.published else 'REFUSED'}  {d.rows:,} rows, "
+                  f"{d.late_labels:,} late labels dropped  {d.detail}" for d in self.decisions]  # fmt: skip
+        return "\n".join(lines)
+
+
+def day_rows(staged: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+    """The feature table's rows of ``ds`` from the stream's staged join output (see the module docstring)."""
+    rows = staged.where(F.col("ds") == ds)
+    copy = F.struct("event_time", "source_file", "split_start", "line")
+    winners = rows.groupBy("impression_id").agg(F.min(copy).alias("_first")).select(
+        "impression_id", *[F.col(f"_first.{c}").alias(c) for c in ("event_time", "source_file", "split_start", "line")]
+    )
+    kept = rows.join(winners, ["impression_id", "event_time", "source_file", "split_start", "line"], "left_semi")
+    delay = F.unix_micros("label_time") - F.unix_micros("event_time")
+    attributed = kept.where(F.col("label_type").isNotNull()).select(
+        "impression_id", "label_type", delay.alias("delay_us"),
+    ).withColumn("in_window", (F.col("delay_us") >= 0) & (F.col("delay_us") <= window_micros(registry)))
+    return feature_rows(kept.dropDuplicates(["impression_id"]), attributed, registry, ds)
+
+
+def waiting_days(spark: SparkSession, tables: StreamTables, through: dt.date) -> list[str]:
+    """The staged days through ``through`` that have no decision yet (tables read by path: no metastore)."""
+    def days(table: str, upto: str | None = None) -> set[str]:
+        frame = spark.read.format("delta").load(tables.path(table))
+        frame = frame.where(F.col("ds") <= upto) if upto else frame
+        return {r.ds for r in frame.select("ds").distinct().collect()}
+
+    return sorted(days("staging", format_ds(through)) - days("days"))
+
+
+def run(spark: SparkSession, config: StreamPublishConfig, *, progress: Progress | None = None) -> StreamPublishSummary:
+    """Decide every staged ds through ``config.through`` that has no decision yet (see the module docstring)."""
+    say = progress or (lambda _message: None)
+    registry = load_dataset(config.dataset, config.registry_dir)
+    tables = StreamTables(config.home, config.dataset)
+    tables.create(spark, "days", DAYS_SCHEMA)
+    tables.register(spark)
+    table, changes = prepare_for_write(spark, registry)
+    for change in changes:
+        say(f"{config.dataset}: {change.action.value} {change.detail}")
+    staged = spark.read.format("delta").load(tables.path("staging"))
+    through = format_ds(config.through)
+    waiting = waiting_days(spark, tables, config.through)
+    decisions = [_decide(spark, config, registry, tables, table, staged, ds, say) for ds in waiting]
+    return StreamPublishSummary(config.dataset, through, tuple(decisions))
+
+
+def _decide(spark: SparkSession, config: StreamPublishConfig, registry: DatasetRegistry, tables: StreamTables,
+            table: str, staged: DataFrame, ds: str, say: Progress) -> DayDecision:  # fmt: skip
+    run_id = new_run_id()
+    bad = (spark.read.format("delta").load(tables.path("quarantine")).where(F.col("ds") == ds)
+           .groupBy("stream").count().collect())  # fmt: skip
+    bad_by_stream = {r["stream"]: int(r["count"]) for r in bad}
+    late = spark.read.format("delta").load(tables.path("late_labels"))
+    with persisted(day_rows(staged, registry, ds)) as rows:
+        read = rows.count() + bad_by_stream.get("impressions", 0)
+        limit = registry.quality.max_bad_fraction
+        bad_imps = bad_by_stream.get("impressions", 0)
+        late_labels = late.join(rows.select("impression_id"), "impression_id", "left_semi").count()
+        if read and bad_imps / read > limit:
+            detail = (f"{bad_imps:,} of {read:,} impression records are malformed ({bad_imps / read:.2%}, more than "
+                      f"{limit:.2%}); see {tables.name('quarantine')} WHERE ds = '{ds}'")  # fmt: skip
+            _record(spark, tables, ds, "refused", run_id, read - bad_imps, late_labels, None, None)
+            say(f"{config.dataset} ds={ds}: refused before the gate: {detail}")
+            return DayDecision(ds, False, read - bad_imps, late_labels, detail)
+        gate = audit_and_publish(spark, registry, rows, table=table, day=parse_ds(ds), run_id=run_id, home=config.home,
+                                 quarantined=(bad_imps, bad_by_stream.get("labels", 0)), say=say)  # fmt: skip
+    decision = "published" if gate.published else "refused"
+    _record(spark, tables, ds, decision, run_id, gate.report.rows, late_labels, str(gate.report_path),
+            None if gate.published else gate.staged)  # fmt: skip
+    detail = (f"-> {table} (Delta version {gate.commit.version})" if gate.published
+              else f"rows kept in {gate.staged}, report {gate.report_path}")  # fmt: skip
+    return DayDecision(ds, gate.published, gate.report.rows, late_labels, detail)
+
+
+def _record(spark: SparkSession, tables: StreamTables, ds: str, decision: str, run_id: str, rows: int,
+            late_labels: int, report_path: str | None, staging_table: str | None) -> None:  # fmt: skip
+    row = (ds, decision, run_id, rows, late_labels, report_path, staging_table, dt.datetime.now(dt.UTC))
+    spark.createDataFrame([row], DAYS_SCHEMA).write.format("delta").mode("append").save(tables.path("days"))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> StreamPublishConfig:
+    parser = argparse.ArgumentParser(
+        prog="featurehouse stream-publish",
+        description="Validate and publish the days a stream has staged and closed (what `featurehouse stream` runs "
+        "each time its watermark closes a day): each through the same quality gate as the batch label join.",
+    )
+    parser.add_argument("--dataset", required=True, help="dataset name; its registry is <registry-dir>/<dataset>.yaml")
+    parser.add_argument("--through", required=True, help="the last closed ds, YYYY-MM-DD: staged days up to it are decided")
+    add_common_arguments(parser)
+    ns = parser.parse_args(argv)
+    return StreamPublishConfig(dataset=ns.dataset, through=parse_ds(ns.through), **common_settings(ns))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def publish(spark: SparkSession, config: StreamPublishConfig) -> StreamPublishSummary:
+        summary = run(spark, config, progress=stderr_progress)
+        if any(not d.published for d in summary.decisions):
+            raise DataRefusedError(f"{sum(not d.published for d in summary.decisions)} staged day(s) of "
+                                   f"{config.dataset} were refused", details=summary.format())  # fmt: skip
+        return summary
+
+    return run_spark_job(lambda: parse_args(argv), publish)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Where a dataset's stream keeps its state and output: Delta tables by path, named in the metastore.
+
+The streaming job addresses every table it writes by path, so that it never opens the metastore
+(on the embedded default, Derby admits one JVM: a stream that held it would lock every other
+command out for its whole life). The publish step, a short process of its own, registers the
+paths under their names (``CREATE TABLE ... LOCATION``), so SQL sees them live::
+
+    <home>/streams/<dataset>/checkpoint     Spark's checkpoint (offsets, commits, join state)
+    <home>/streams/<dataset>/staging        featurehouse_staging.<dataset>_stream          joined rows, not yet gated
+    <home>/streams/<dataset>/quarantine     featurehouse_quarantine.<dataset>_stream       malformed records
+    <home>/streams/<dataset>/late_labels    featurehouse_quarantine.<dataset>_late_labels  labels behind the watermark
+    <home>/streams/<dataset>/days           featurehouse_staging.<dataset>_stream_days     the gate's decision per ds
+    <home>/streams/progress                 featurehouse_catalog.stream_progress           one row per micro-batch
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from etl.quarantine import DATABASE as QUARANTINE_DATABASE
+from schemas.catalog import CATALOG_DATABASE
+from schemas.names import validate_name
+from warehouse.publish import STAGING_DATABASE
+
+LATE_LABELS_SCHEMA = T.StructType(
+    [
+        T.StructField("impression_id", T.StringType(), True),
+        T.StructField("label_type", T.StringType(), True),
+        T.StructField("event_time", T.TimestampType(), True),
+        T.StructField("watermark", T.TimestampType(), False),
+        T.StructField("late_by_s", T.DoubleType(), True),  # watermark - event_time
+        T.StructField("impression_time", T.TimestampType(), True),  # null: the impression was not staged yet
+        T.StructField("delay_s", T.DoubleType(), True),  # event_time - impression_time: the label's own delay
+        T.StructField("source_file", T.StringType(), True),
+        T.StructField("line", T.LongType(), True),
+        T.StructField("batch_id", T.LongType(), False),
+        T.StructField("recorded_at", T.TimestampType(), False),
+        T.StructField("ds", T.StringType(), True),  # the label's ds
+    ]
+)
+
+PROGRESS_SCHEMA = T.StructType(
+    [
+        T.StructField("dataset", T.StringType(), False),
+        T.StructField("source", T.StringType(), False),
+        T.StructField("run_id", T.StringType(), False),
+        T.StructField("batch_id", T.LongType(), False),
+        T.StructField("batch_time", T.TimestampType(), True),
+        T.StructField("input_rows", T.LongType(), True),
+        T.StructField("output_rows", T.LongType(), True),  # rows appended to the staging table
+        T.StructField("quarantined", T.LongType(), True),
+        T.StructField("late_labels", T.LongType(), True),
+        T.StructField("late_rows_dropped", T.LongType(), True),  # Spark's count for the join (both streams)
+        T.StructField("watermark", T.TimestampType(), True),
+        T.StructField("state_rows", T.LongType(), True),
+        T.StructField("state_memory_bytes", T.LongType(), True),
+        T.StructField("duration_ms", T.LongType(), True),
+        T.StructField("published", T.StringType(), True),  # days published after this batch, comma-separated
+    ]
+)
+
+DAYS_SCHEMA = T.StructType(
+    [
+        T.StructField("ds", T.StringType(), False),
+        T.StructField("decision", T.StringType(), False),  # published | refused
+        T.StructField("run_id", T.StringType(), False),
+        T.StructField("rows", T.LongType(), True),
+        T.StructField("late_labels", T.LongType(), True),
+        T.StructField("report_path", T.StringType(), True),
+        T.StructField("staging_table", T.StringType(), True),  # a refused ds's rows, for featurehouse publish
+        T.StructField("decided_at", T.TimestampType(), False),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class StreamTables:
+    """The paths and names of one dataset's stream under ``home``."""
+
+    home: Path
+    dataset: str
+
+    def __post_init__(self) -> None:
+        validate_name("dataset", self.dataset)
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.home).resolve() / "streams" / self.dataset
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.folder / "checkpoint"
+
+    def path(self, table: str) -> str:
+        """The folder of ``table`` (staging, quarantine, late_labels, days; progress is shared by datasets)."""
+        if table == "progress":
+            return str(Path(self.home).resolve() / "streams" / "progress")
+        return str(self.folder / table)
+
+    def name(self, table: str) -> str:
+        return {
+            "staging": f"{STAGING_DATABASE}.{self.dataset}_stream",
+            "days": f"{STAGING_DATABASE}.{self.dataset}_stream_days",
+            "quarantine": f"{QUARANTINE_DATABASE}.{self.dataset}_stream",
+            "late_labels": f"{QUARANTINE_DATABASE}.{self.dataset}_late_labels",
+            "progress": f"{CATALOG_DATABASE}.stream_progress",
+        }[table]
+
+    def create(self, spark: SparkSession, table: str, schema: T.StructType, *, partitioned: bool = False) -> None:
+        """Create ``table`` at its path if it is not there (by path: no metastore)."""
+        builder = DeltaTable.createIfNotExists(spark).location(self.path(table)).addColumns(schema)
+        (builder.partitionedBy("ds") if partitioned else builder).execute()
+
+    def register(self, spark: SparkSession) -> None:
+        """Name every table of the stream in the metastore (``CREATE TABLE IF NOT EXISTS ... LOCATION``)."""
+        for table in ("staging", "days", "quarantine", "late_labels", "progress"):
+            name = self.name(table)
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS {name.split('.')[0]}")
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{self.path(table)}'")
