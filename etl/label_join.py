@@ -73,7 +73,7 @@ from etl.quarantine import (
 )
 from schemas.errors import ConfigError, DataRefusedError, LandingError
 from schemas.names import format_ds, parse_ds, validate_name
-from schemas.registry import DatasetRegistry, Kind, load_dataset
+from schemas.registry import DatasetRegistry, load_dataset
 from schemas.spark import CORRUPT_RECORD_COLUMN, FEATURE_MAPS, feature_type, impression_record_schema
 from warehouse.jobs import Progress, add_common_arguments, counting_jobs, common_settings, run_spark_job, stderr_progress
 from warehouse.derived import ROW_DS, add_derived, populated

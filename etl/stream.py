@@ -40,12 +40,12 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from etl.landing import Landing, Stream
+from etl.landing import Stream, path_exists
 from etl.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from etl.stream_publish import waiting_days
 from etl.stream_join import BatchCounts, BatchWriter, plan, read_files, read_kafka, staging_columns
 from etl.stream_tables import DAYS_SCHEMA, LATE_LABELS_SCHEMA, PROGRESS_SCHEMA, StreamTables
-from schemas.errors import ConfigError, DataRefusedError, FeaturehouseError
+from schemas.errors import ConfigError, DataRefusedError, FeaturehouseError, LandingError
 from schemas.names import format_ds, validate_name
 from schemas.redact import redact
 from schemas.registry import DatasetRegistry, load_dataset, parse_duration
@@ -162,6 +162,10 @@ def _sources(spark: SparkSession, config: StreamConfig) -> tuple[DataFrame, Data
         return tuple(read_kafka(spark, config.bootstrap, config.topic(s), max_offsets=config.max_offsets)
                      for s in (Stream.IMPRESSIONS, Stream.LABELS))  # fmt: skip
     landing = config.landing_root.rstrip("/")
+    for s in Stream:
+        if not path_exists(spark, f"{landing}/{s.value}"):
+            raise LandingError(f"no {s.value} folder {landing}/{s.value} to stream from; write logs there "
+                               "(featurehouse generate), or point --landing at the landing zone")  # fmt: skip
     return tuple(read_files(spark, f"{landing}/{s.value}", max_files=config.max_files)
                  for s in (Stream.IMPRESSIONS, Stream.LABELS))  # fmt: skip
 
@@ -353,6 +357,22 @@ class _Loop:
 
 def _parse_time(text: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def in_process_publisher(spark: SparkSession, config: StreamConfig, *, progress: Progress | None = None
+                         ) -> Callable[[dt.date], int]:  # fmt: skip
+    """A ``publisher`` for :func:`run` that decides the closed days in this session, not in a process of its own:
+    for a session that already holds the metastore (the demo, tests); returns stream-publish's exit status."""
+    from etl import stream_publish
+
+    def publish(through: dt.date) -> int:
+        summary = stream_publish.run(spark, stream_publish.StreamPublishConfig(
+            dataset=config.dataset, through=through, home=config.home, registry_dir=config.registry_dir,
+        ), progress=progress)  # fmt: skip
+        print(summary.format(), flush=True)
+        return 0 if all(d.published for d in summary.decisions) else DataRefusedError.exit_status
+
+    return publish
 
 
 def _publish_process(config: StreamConfig, through: dt.date, say: Progress) -> int:

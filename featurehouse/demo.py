@@ -16,7 +16,10 @@
 5. train DLRM on days 1-6 and evaluate on day 7 with two jobs that read different features
    (``jobs/ctr_demo.yaml``: user, item and context; ``jobs/ctr_context.yaml``: context only), each
    recorded in the catalog with its bytes, samples/s and stall fraction;
-6. print each step's summary and the answers to SQL questions over the table and the catalog.
+6. stream the same landing zone through ``featurehouse stream`` (files, available-now) into
+   ``featurehouse.<dataset>_stream`` and compare its last closed day with the batch partition
+   (``featurehouse/demo_stream.py``);
+7. print each step's summary and the answers to SQL questions over the table and the catalog.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import yaml
 
 from featurehouse.demo_catalog import CATALOG_QUESTIONS, dump, registry_as_of
 from featurehouse.demo_faults import break_release, plant_malformed
+from featurehouse.demo_stream import stream_and_compare
 from schemas.errors import DataRefusedError, run_command
 from schemas.names import parse_ds, validate_name
 from warehouse.jobs import add_common_arguments, common_settings, stderr_progress
@@ -148,6 +152,9 @@ def run(config: DemoConfig) -> None:
             job.run(job.ReadConfig(job=DEMO_JOB, home=config.home, registry_dir=staged_dir), out=lines.append)
             say(f"featurehouse read --job {DEMO_JOB.relative_to(DEMO_JOB.parent.parent)}", "\n".join(lines))
             _train(spark, config, staged_dir)
+        say(f"featurehouse stream --dataset {config.dataset}_stream --source files --trigger available-now",
+            stream_and_compare(spark, config.home, config.dataset, final, days[-1], staged_dir,
+                               rename_on=config.start + dt.timedelta(days=3)))  # fmt: skip
         statement = DEMO_QUERY.format(dataset=config.dataset).strip()
         say("featurehouse sql \"" + " ".join(statement.split()) + "\"",
             sql.run(spark, sql.SqlConfig(statement=statement, home=config.home)).format())  # fmt: skip

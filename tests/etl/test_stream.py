@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from etl import label_join, stream, stream_publish
+from etl import label_join, stream
 from etl.generate import GenerateConfig
 from etl.generate import run as generate
 from etl.landing import Stream
@@ -45,16 +46,6 @@ BAD_IMPRESSIONS = [
     "",
 ]
 BAD_LABELS = [json.dumps({"impression_id": "x", "label_type": "share", "event_time": "2026-11-01T05:02:00Z"}), "{"]
-
-
-def _in_process_publisher(config: stream.StreamConfig):
-    """stream-publish in this process (the test session), instead of a process of its own."""
-    def publish(through: dt.date) -> int:
-        args = ["--dataset", config.dataset, "--through", through.isoformat(), "--home", str(config.home),
-                "--registry-dir", str(config.registry_dir)]  # fmt: skip
-        return stream_publish.main(args)
-
-    return publish
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +80,7 @@ def streamed(world, spark):
     """The stream over the whole landing zone, available-now, publishing in this process."""
     home, registry_dir, landing = world
     config = _config(home / "files", registry_dir, landing)
-    summary = stream.run(spark, config, publisher=_in_process_publisher(config))
+    summary = stream.run(spark, config, publisher=stream.in_process_publisher(spark, config))
     return config, summary
 
 
@@ -130,7 +121,7 @@ def test_kafka_source_publishes_the_batch_partition(world, spark, kafka_broker):
                          "--home", str(home)]) == 0  # fmt: skip
     config = stream.StreamConfig(dataset=dataset, home=home / "kafka", registry_dir=registry_dir,
                                  source=stream.Source.KAFKA, bootstrap=kafka_broker.bootstrap, max_offsets=2000)
-    summary = stream.run(spark, config, publisher=_in_process_publisher(config))
+    summary = stream.run(spark, config, publisher=stream.in_process_publisher(spark, config))
     assert summary.published == [f"through {DS}"]
     assertDataFrameEqual(spark.table(f"featurehouse.{dataset}").where(F.col("ds") == DS), _batch_day(spark))
     quarantined = spark.read.format("delta").load(StreamTables(config.home, dataset).path("quarantine"))
@@ -220,7 +211,7 @@ def test_label_later_than_the_watermark_is_kept_and_counted(world, streamed, spa
     late_file = landing / "labels" / f"ds={DS}" / "hour=05" / "part-late.jsonl"
     late_file.write_text(json.dumps(late) + "\n")
     try:
-        summary = stream.run(spark, config, publisher=_in_process_publisher(config))
+        summary = stream.run(spark, config, publisher=stream.in_process_publisher(spark, config))
     finally:
         late_file.unlink()
     assert summary.late_labels == 1
@@ -234,3 +225,28 @@ def test_label_later_than_the_watermark_is_kept_and_counted(world, streamed, spa
     assert spark.table(f"featurehouse.{DATASET}").where(
         (F.col("ds") == DS) & (F.col("impression_id") == impression.impression_id)).first().label_click == \
         impression.label_click  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--source", "kafka"], "--source kafka needs --bootstrap HOST:PORT"),
+        (["--bootstrap", "127.0.0.1:9092"], "--bootstrap is for --source kafka"),
+        (["--interval", "5x"], "--interval '5x' is not a duration"),
+        (["--watermark-delay", "0s"], "--watermark-delay '0s' is not a duration"),
+        (["--max-files-per-trigger", "0"], "--max-files-per-trigger must be a positive whole number"),
+    ],
+)
+def test_bad_flags_are_refused_naming_the_fix(argv, message):
+    from schemas.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        stream.parse_args(["--dataset", "ads", *argv])
+
+
+def test_a_missing_landing_folder_is_named(spark, tmp_path):
+    from schemas.errors import LandingError
+
+    config = stream.StreamConfig(dataset="ads", home=tmp_path, landing=str(tmp_path / "nowhere"))
+    with pytest.raises(LandingError, match="no impressions folder .*nowhere/impressions"):
+        stream.run(spark, config)
