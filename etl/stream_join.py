@@ -12,7 +12,8 @@ sides have arrived; an impression is emitted alone once the watermark has passed
 longest window (its label types that did not arrive are then 0). Each label type's own window
 is applied when a ds is published (:mod:`etl.stream_publish`), as the batch job applies it.
 
-The query's output, one micro-batch at a time, is the union of five kinds of rows (``_kind``):
+The query's output, one micro-batch at a time, is the union of five kinds of rows (``_kind``), in
+three branches (the join, every impression record, every label record):
 ``row`` (the join's output), ``impression`` (each valid impression as it arrives, to count it),
 ``bad_impression`` and ``bad_label`` (records to quarantine, with the batch job's reasons), and
 ``label`` (every valid label of the batch: those behind the watermark, which the join drops, are
@@ -129,13 +130,17 @@ def plan(registry: DatasetRegistry, impression_lines: DataFrame, label_lines: Da
         & (F.col("label_time") <= F.col("event_time") + window_interval(registry)),
         "leftOuter",
     ).drop("_label_impression_id", "_label_ds")
+    valid = F.col(VALID_COLUMN)
     kinds = [
         joined.withColumn(KIND, F.lit("row")),
-        impressions.select("impression_id", "ds").withColumn(KIND, F.lit("impression")),  # counted on arrival
-        flat.where(~F.col(VALID_COLUMN)).withColumn(KIND, F.lit("bad_impression")),
-        labels.where(~F.col(VALID_COLUMN)).withColumn(KIND, F.lit("bad_label")),
-        valid_labels.select(F.col("_label_impression_id").alias("impression_id"), *LABEL_COLUMNS,
-                            F.col("_label_ds").alias("ds")).withColumn(KIND, F.lit("label")),  # fmt: skip
+        # Every record once more, in one branch per source (each branch scans its source again): a good
+        # impression only to be counted, so its columns are dropped; a bad one whole, for the quarantine.
+        flat.select(*[c if c in ("impression_id", "ds") else F.when(~valid, F.col(c)).alias(c) for c in flat.columns
+                      if c != VALID_COLUMN],
+                    F.when(valid, "impression").otherwise("bad_impression").alias(KIND)),  # fmt: skip
+        labels.select("*", F.col("event_time").alias("label_time"), F.col("source_file").alias("label_file"),
+                      F.col("line").alias("label_line"), F.when(valid, "label").otherwise("bad_label").alias(KIND))
+        .drop(VALID_COLUMN),  # fmt: skip
     ]
     out = kinds[0]
     for frame in kinds[1:]:

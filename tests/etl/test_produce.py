@@ -108,7 +108,7 @@ def test_spark_kafka_source_reads_the_topic(spark, home, produced, kafka_broker)
         (["--days", "0"], "--days must be a positive whole number"),
         (["--topic-prefix", "a/b"], "--topic-prefix 'a/b' is not a Kafka topic name part"),
         (["--ds", "2026-11-1"], "--ds '2026-11-1' is not a date"),
-        (["--days", "2"], "impressions/ds=2026-11-02; write it with `featurehouse generate"),
+        (["--ds", "2027-01-01"], "no landing partition of ds 2027-01-01 under "),
     ],
 )
 def test_bad_flags_are_one_line_errors(home, flags, message, capsys):
