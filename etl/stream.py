@@ -2,7 +2,7 @@
 
     featurehouse stream --dataset ads --source files --trigger available-now
     featurehouse stream --dataset ads --source kafka --bootstrap 127.0.0.1:9092 --trigger continuous --interval 30s
-    spark-submit $(featurehouse spark-args) etl/stream.py --dataset ads --source files --trigger available-now
+    .venv/bin/spark-submit $(featurehouse spark-args) etl/stream.py --dataset ads --source files --trigger available-now
 
 The plan is :mod:`etl.stream_join` (the batch job's parse, flatten and quarantine, one
 stream-stream join); each micro-batch is written by :class:`etl.stream_join.BatchWriter`,
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -379,7 +380,9 @@ def _publish_process(config: StreamConfig, through: dt.date, say: Progress) -> i
     """Run ``featurehouse stream-publish`` as a process of its own; its output goes to this one's stderr."""
     command = publish_command(config, through)
     say("running " + redact(" ".join(command[1:])))
-    return subprocess.run(command, stdout=sys.stderr, check=False).returncode
+    # Under spark-submit this process talks to its JVM through PYSPARK_GATEWAY_*: the child starts its own.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_GATEWAY_")}
+    return subprocess.run(command, stdout=sys.stderr, env=env, check=False).returncode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
