@@ -201,25 +201,26 @@ def count_lines(folders: list[Path]) -> int:
     return total
 
 
-def in_process_publisher(spark, home: Path, spent: list[float]):
-    """stream-publish in this process (as tests/etl/test_stream.py does), timed into ``spent``."""
-    from etl import stream_publish
-    from schemas.errors import DataRefusedError
+def timed_publisher(spark, config, spent: list[float]):
+    """``etl.stream.in_process_publisher`` (stream-publish in this process), timed into ``spent``."""
+    from etl import stream
 
-    def publish(through: dt.date) -> int:
+    publish = stream.in_process_publisher(spark, config)
+
+    def timed(through: dt.date) -> int:
         began = time.perf_counter()
         try:
-            summary = stream_publish.run(spark, stream_publish.StreamPublishConfig(DATASET, through, home))
+            return publish(through)
         finally:
             spent.append(time.perf_counter() - began)
-        return 0 if all(d.published for d in summary.decisions) else DataRefusedError.exit_status
 
-    return publish
+    return timed
 
 
 def throughput(spark, listener, home: Path, impressions: int, runs: int) -> dict:
     from etl import generate, label_join, stream
     from etl.landing import label_days
+    from etl.stream_tables import StreamTables
     from schemas.registry import load_dataset
 
     registry = load_dataset(DATASET)
@@ -253,9 +254,9 @@ def throughput(spark, listener, home: Path, impressions: int, runs: int) -> dict
         config = stream.StreamConfig(dataset=DATASET, home=run_home, landing=str(landing))
         WRITER.clear()
         began = time.perf_counter()
-        summary = stream.run(spark, config, publisher=in_process_publisher(spark, run_home, spent))
+        summary = stream.run(spark, config, publisher=timed_publisher(spark, config, spent))
         seconds = time.perf_counter() - began
-        query_id = stream.checkpoint_id(run_home / "streams" / DATASET / "checkpoint")
+        query_id = StreamTables(run_home, DATASET).query_id()
         t.seconds.append(seconds)
         t.records.append(summary.records)
         t.publish_s.append(sum(spent))
@@ -468,7 +469,7 @@ def _freshness_figures(spark, tables, kafka, out: dict) -> dict:
                .select("version", "timestamp").collect()}  # fmt: skip
     out["history_vs_mtime_s"] = max((abs(history[v].replace(tzinfo=dt.UTC).timestamp() - at)
                                      for v, at in files.values() if v in history), default=float("nan"))  # fmt: skip
-    staged = (spark.read.format("delta").load(tables.path("staging"))
+    staged = (tables.read(spark, "staging")
               .select(F.element_at(F.split("_metadata.file_path", "/"), -1).alias("file"), "source_file", "line",
                       "label_file", "label_line")
               .join(visible, "file", "left"))  # fmt: skip
@@ -484,7 +485,7 @@ def _freshness_figures(spark, tables, kafka, out: dict) -> dict:
     out["matched"], out["unmatched"] = matched, unmatched
     out["unresolved"] = sum(1 for r in rows if r.visible is None or r.impression_time is None)
     out["commits"] = len({v for v, _ in files.values()})
-    states = (spark.read.format("delta").load(tables.path("progress")).orderBy("batch_id")
+    states = (tables.read(spark, "progress").orderBy("batch_id")
               .select("batch_id", "state_rows", "state_memory_bytes", "input_rows", "output_rows").collect())  # fmt: skip
     out["state"] = states
     kafka.unpersist()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import signal
 import subprocess
@@ -153,11 +152,6 @@ def closed_through(watermark: dt.datetime, registry: DatasetRegistry) -> dt.date
     return start - dt.timedelta(days=1)
 
 
-def checkpoint_id(checkpoint: Path) -> str:
-    """The id Spark gave the query of this checkpoint (``metadata``: it survives restarts from the checkpoint)."""
-    return json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
-
-
 def _sources(spark: SparkSession, config: StreamConfig) -> tuple[DataFrame, DataFrame]:
     if config.source is Source.KAFKA:
         return tuple(read_kafka(spark, config.bootstrap, config.topic(s), max_offsets=config.max_offsets)
@@ -169,18 +163,6 @@ def _sources(spark: SparkSession, config: StreamConfig) -> tuple[DataFrame, Data
                                "(featurehouse generate), or point --landing at the landing zone")  # fmt: skip
     return tuple(read_files(spark, f"{landing}/{s.value}", max_files=config.max_files)
                  for s in (Stream.IMPRESSIONS, Stream.LABELS))  # fmt: skip
-
-
-class _AppId:
-    """The writer's ``txnAppId`` prefix, read once the query has written its checkpoint's metadata."""
-
-    def __init__(self, dataset: str, checkpoint: Path) -> None:
-        self.dataset, self.checkpoint, self.value = dataset, checkpoint, None
-
-    def __str__(self) -> str:
-        if self.value is None:
-            self.value = f"featurehouse-stream:{self.dataset}:{checkpoint_id(self.checkpoint)}"
-        return self.value
 
 
 @contextmanager
@@ -248,7 +230,7 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
     tables.create(spark, "progress", PROGRESS_SCHEMA)
     tables.create(spark, "days", DAYS_SCHEMA)
     run_id = new_run_id()
-    writer = BatchWriter(registry, tables, _AppId(config.dataset, tables.checkpoint), run_id)  # type: ignore[arg-type]
+    writer = BatchWriter(registry, tables, run_id)
     writer_stream = output.writeStream.foreachBatch(writer).option("checkpointLocation", str(tables.checkpoint))
     if config.trigger is Trigger.AVAILABLE_NOW:
         writer_stream = writer_stream.trigger(availableNow=True)
@@ -298,8 +280,7 @@ class _Loop:
         new = [p for p in progresses if p["batchId"] > self.last_batch and p["batchId"] in self.writer.counts]
         rows = [self._account(p) for p in new]
         if rows:
-            spark.createDataFrame(rows, PROGRESS_SCHEMA).write.format("delta").mode("append").save(
-                self.tables.path("progress"))
+            self.tables.append(spark.createDataFrame(rows, PROGRESS_SCHEMA), "progress")
         watermark = self.summary.watermark
         through = closed_through(watermark, self.registry) if watermark else None
         due = through is not None and (self.published_through is None or through > self.published_through)

@@ -183,14 +183,13 @@ class BatchCounts:
 class BatchWriter:
     """``foreachBatch``: writes one micro-batch into the stream's tables, each write idempotent.
 
-    Every write is a Delta append tagged with ``txnAppId`` (the table and the checkpoint's own id)
-    and ``txnVersion`` (the batch id): a batch run again after a crash skips the writes that had
-    committed and makes the others, so each row lands exactly once.
+    Every write is a Delta append tagged with ``txnAppId`` (the table and the checkpoint's query id,
+    stable across restarts) and ``txnVersion`` (the batch id): a batch run again after a crash skips
+    the writes that had committed and makes the others, so each row lands exactly once.
     """
 
     registry: DatasetRegistry
     tables: StreamTables
-    app_id: str  # the stream's checkpoint: stable across restarts of it
     run_id: str  # this run of the stream: recorded with its quarantined records
     counts: dict[int, BatchCounts] = field(default_factory=dict)
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
@@ -216,8 +215,8 @@ class BatchWriter:
                                             int(stats["late"]), watermark)  # fmt: skip
 
     def _append(self, rows: DataFrame, table: str, batch_id: int) -> None:
-        (rows.write.format("delta").mode("append").option("txnAppId", f"{self.app_id}:{table}")
-         .option("txnVersion", batch_id).save(self.tables.path(table)))  # fmt: skip
+        app_id = f"featurehouse-stream:{self.tables.dataset}:{self.tables.query_id()}:{table}"
+        self.tables.append(rows, table, txn=(app_id, batch_id))
 
     def _quarantine(self, batch: DataFrame) -> DataFrame:
         """The batch's bad records as quarantine rows, with the batch job's problems and reasons."""
@@ -236,8 +235,8 @@ class BatchWriter:
 
     def _late(self, late: DataFrame, watermark: dt.datetime, batch_id: int) -> DataFrame:
         """Labels behind the watermark, with how late they are and, where it was already staged, their impression."""
-        staged = (late.sparkSession.read.format("delta").load(self.tables.path("staging"))
-                  .groupBy("impression_id").agg(F.min("event_time").alias("impression_time")))  # fmt: skip
+        staged = (self.tables.read(late.sparkSession, "staging").join(late.select("impression_id"), "impression_id",
+                  "left_semi").groupBy("impression_id").agg(F.min("event_time").alias("impression_time")))  # fmt: skip
         seconds = lambda later, earlier: F.unix_micros(later) / 1e6 - F.unix_micros(earlier) / 1e6  # noqa: E731
         return late.join(staged, "impression_id", "left").select(
             "impression_id",

@@ -95,7 +95,7 @@ def day_rows(staged: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame
 def waiting_days(spark: SparkSession, tables: StreamTables, through: dt.date) -> list[str]:
     """The staged days through ``through`` that have no decision yet (tables read by path: no metastore)."""
     def days(table: str, upto: str | None = None) -> set[str]:
-        frame = spark.read.format("delta").load(tables.path(table))
+        frame = tables.read(spark, table)
         frame = frame.where(F.col("ds") <= upto) if upto else frame
         return {r.ds for r in frame.select("ds").distinct().collect()}
 
@@ -112,7 +112,7 @@ def run(spark: SparkSession, config: StreamPublishConfig, *, progress: Progress 
     table, changes = prepare_for_write(spark, registry)
     for change in changes:
         say(f"{config.dataset}: {change.action.value} {change.detail}")
-    staged = spark.read.format("delta").load(tables.path("staging"))
+    staged = tables.read(spark, "staging")
     through = format_ds(config.through)
     waiting = waiting_days(spark, tables, config.through)
     decisions = [_decide(spark, config, registry, tables, table, staged, ds, say) for ds in waiting]
@@ -122,10 +122,9 @@ def run(spark: SparkSession, config: StreamPublishConfig, *, progress: Progress 
 def _decide(spark: SparkSession, config: StreamPublishConfig, registry: DatasetRegistry, tables: StreamTables,
             table: str, staged: DataFrame, ds: str, say: Progress) -> DayDecision:  # fmt: skip
     run_id = new_run_id()
-    bad = (spark.read.format("delta").load(tables.path("quarantine")).where(F.col("ds") == ds)
-           .groupBy("stream").count().collect())  # fmt: skip
+    bad = tables.read(spark, "quarantine").where(F.col("ds") == ds).groupBy("stream").count().collect()
     bad_by_stream = {r["stream"]: int(r["count"]) for r in bad}
-    late = spark.read.format("delta").load(tables.path("late_labels"))
+    late = tables.read(spark, "late_labels")
     with persisted(day_rows(staged, registry, ds)) as rows:
         read = rows.count() + bad_by_stream.get("impressions", 0)
         limit = registry.quality.max_bad_fraction
@@ -150,7 +149,7 @@ def _decide(spark: SparkSession, config: StreamPublishConfig, registry: DatasetR
 def _record(spark: SparkSession, tables: StreamTables, ds: str, decision: str, run_id: str, rows: int,
             late_labels: int, report_path: str | None, staging_table: str | None) -> None:  # fmt: skip
     row = (ds, decision, run_id, rows, late_labels, report_path, staging_table, dt.datetime.now(dt.UTC))
-    spark.createDataFrame([row], DAYS_SCHEMA).write.format("delta").mode("append").save(tables.path("days"))
+    tables.append(spark.createDataFrame([row], DAYS_SCHEMA), "days")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> StreamPublishConfig:

@@ -15,11 +15,12 @@ paths under their names (``CREATE TABLE ... LOCATION``), so SQL sees them live::
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from etl.quarantine import DATABASE as QUARANTINE_DATABASE
@@ -96,6 +97,10 @@ class StreamTables:
     def checkpoint(self) -> Path:
         return self.folder / "checkpoint"
 
+    def query_id(self) -> str:
+        """The id Spark gave the query of this checkpoint (its ``metadata`` file): it survives restarts from it."""
+        return json.loads((self.checkpoint / "metadata").read_text().splitlines()[0])["id"]
+
     def path(self, table: str) -> str:
         """The folder of ``table`` (staging, quarantine, late_labels, days; progress is shared by datasets)."""
         if table == "progress":
@@ -110,6 +115,17 @@ class StreamTables:
             "late_labels": f"{QUARANTINE_DATABASE}.{self.dataset}_late_labels",
             "progress": f"{CATALOG_DATABASE}.stream_progress",
         }[table]
+
+    def read(self, spark: SparkSession, table: str) -> DataFrame:
+        """``table`` read by its path (no metastore)."""
+        return spark.read.format("delta").load(self.path(table))
+
+    def append(self, rows: DataFrame, table: str, *, txn: tuple[str, int] | None = None) -> None:
+        """Append ``rows`` to ``table`` by its path; ``txn`` (``txnAppId``, ``txnVersion``) makes a repeat a no-op."""
+        writer = rows.write.format("delta").mode("append")
+        if txn is not None:
+            writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+        writer.save(self.path(table))
 
     def create(self, spark: SparkSession, table: str, schema: T.StructType, *, partitioned: bool = False) -> None:
         """Create ``table`` at its path if it is not there (by path: no metastore)."""

@@ -40,8 +40,7 @@ def stream_and_compare(spark: SparkSession, home: Path, dataset: str, final: dic
     config = stream.StreamConfig(dataset=name, home=home, registry_dir=registry_dir)
     summary = stream.run(spark, config, progress=stderr_progress, publisher=stream.in_process_publisher(spark, config))
     lines = [summary.format()]
-    published = [r.ds for r in spark.read.format("delta").load(tables.path("days"))
-                 .where(F.col("decision") == "published").collect()]  # fmt: skip
+    published = [r.ds for r in tables.read(spark, "days").where(F.col("decision") == "published").collect()]
     if not published:
         return "\n".join([*lines, "no day closed under the stream's watermark: nothing to compare"])
     last = max(published)

@@ -98,14 +98,14 @@ def test_stream_publishes_the_batch_partition_row_for_row(streamed, spark):
     assert streamed_day.agg(F.sum("label_click")).first()[0] > 0
     assertDataFrameEqual(streamed_day, _batch_day(spark))
     # later days stay staged: their windows have not closed under the watermark
-    days = spark.read.format("delta").load(StreamTables(config.home, DATASET).path("days"))
+    days = StreamTables(config.home, DATASET).read(spark, "days")
     assert [(r.ds, r.decision) for r in days.collect()] == [(DS, "published")]
 
 
 def test_malformed_records_are_quarantined_as_in_batch(streamed, spark):
     config, summary = streamed
     tables = StreamTables(config.home, DATASET)
-    quarantined = spark.read.format("delta").load(tables.path("quarantine")).where(F.col("ds") == DS)
+    quarantined = tables.read(spark, "quarantine").where(F.col("ds") == DS)
     batch = spark.table(f"featurehouse_quarantine.{DATASET}_batch").where(F.col("ds") == DS)
     assert quarantined.count() == 6
     assertDataFrameEqual(quarantined.select(*QUARANTINE_COLUMNS), batch.select(*QUARANTINE_COLUMNS))
@@ -124,7 +124,7 @@ def test_kafka_source_publishes_the_batch_partition(world, spark, kafka_broker):
     summary = stream.run(spark, config, publisher=stream.in_process_publisher(spark, config))
     assert summary.published == [f"through {DS}"]
     assertDataFrameEqual(spark.table(f"featurehouse.{dataset}").where(F.col("ds") == DS), _batch_day(spark))
-    quarantined = spark.read.format("delta").load(StreamTables(config.home, dataset).path("quarantine"))
+    quarantined = StreamTables(config.home, dataset).read(spark, "quarantine")
     # The same records for the same reasons, but a Kafka record has no landing folder: its ds is its event
     # time's (bad-3 is a good record of the next day, not outside_ds), else the day it arrived; and an empty
     # line is no record.
@@ -146,7 +146,7 @@ def _committed(checkpoint: Path, batch: int) -> bool:
 
 
 def _staged(spark, home: Path):
-    return spark.read.format("delta").load(StreamTables(home, DATASET).path("staging"))
+    return StreamTables(home, DATASET).read(spark, "staging")
 
 
 def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(world, streamed, spark):
@@ -181,9 +181,8 @@ def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(world, streame
     key = ["source_file", "line", "label_file", "label_line"]
     assert staged.count() == staged.select(*key).distinct().count() == expected.count() > 150  # nothing twice
     assertDataFrameEqual(staged, expected)  # nothing missing
-    quarantined = spark.read.format("delta").load(tables.path("quarantine"))
-    assert quarantined.count() == spark.read.format("delta").load(StreamTables(streamed[0].home, DATASET)
-                                                                  .path("quarantine")).count()  # fmt: skip
+    quarantined = tables.read(spark, "quarantine")
+    assert quarantined.count() == StreamTables(streamed[0].home, DATASET).read(spark, "quarantine").count()
 
     # A continuous stream does not hold the embedded metastore: SQL runs beside it, then Ctrl-C stops it.
     live = _featurehouse(*args, "--trigger", "continuous", "--interval", "1s")
@@ -224,10 +223,10 @@ def test_label_later_than_the_watermark_is_kept_and_counted(world, streamed, spa
         late_file.unlink()
     assert summary.late_labels == 1
     tables = StreamTables(config.home, DATASET)
-    rows = spark.read.format("delta").load(tables.path("late_labels")).collect()
+    rows = tables.read(spark, "late_labels").collect()
     assert [(r.impression_id, r.label_type, r.ds) for r in rows] == [(impression.impression_id, "click", DS)]
     assert rows[0].delay_s == pytest.approx(300.0) and rows[0].late_by_s > 3 * 86400
-    progress = spark.read.format("delta").load(tables.path("progress")).where(F.col("late_labels") > 0).collect()
+    progress = tables.read(spark, "progress").where(F.col("late_labels") > 0).collect()
     assert [(r.dataset, r.late_labels, r.late_rows_dropped) for r in progress] == [(DATASET, 1, 1)]
     # the published day did not change: the late label is not counted, nor the day decided again
     assert spark.table(f"featurehouse.{DATASET}").where(
