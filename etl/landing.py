@@ -6,40 +6,24 @@ Layout (written by the serving loggers, or by ``featurehouse generate``)::
     <landing>/labels/ds=YYYY-MM-DD/hour=HH/*.jsonl
     <landing>/{impressions,labels}/ds=YYYY-MM-DD/_SUCCESS   <- the ds is complete
 
-A ds partition is *closed* once its ``_SUCCESS`` marker exists. Paths go through
-Hadoop's FileSystem, so the landing zone may be a local folder or object storage.
+A ds partition is *closed* once its ``_SUCCESS`` marker exists. The layout itself is
+``schemas/landing_layout.py`` (no Spark); here paths go through Hadoop's FileSystem, so
+the landing zone may be a local folder or object storage.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from schemas.names import format_ds
+from schemas.landing_layout import SUCCESS_MARKER, Landing, Stream, label_days
 from schemas.spark import CORRUPT_RECORD_COLUMN, impression_event_schema, label_event_schema
 
-SUCCESS_MARKER = "_SUCCESS"
-
-
-class Stream(StrEnum):
-    IMPRESSIONS = "impressions"
-    LABELS = "labels"
-
-
-@dataclass(frozen=True)
-class Landing:
-    """The landing zone rooted at ``root`` (a local path or a Hadoop URI)."""
-
-    root: str
-
-    def partition(self, stream: Stream, day: dt.date) -> str:
-        return f"{self.root.rstrip('/')}/{stream.value}/ds={format_ds(day)}"
+__all__ = ["SUCCESS_MARKER", "Landing", "Stream", "label_days"]  # the layout, re-exported for the Spark jobs
 
 
 def _filesystem_path(spark: SparkSession, path: str):  # noqa: ANN202 - py4j objects
@@ -57,20 +41,6 @@ def path_exists(spark: SparkSession, path: str) -> bool:
 def is_closed(spark: SparkSession, partition: str) -> bool:
     """Whether a landing partition holds its ``_SUCCESS`` marker."""
     return path_exists(spark, f"{partition}/{SUCCESS_MARKER}")
-
-
-def label_days(day: dt.date, max_window: dt.timedelta) -> list[dt.date]:
-    """The label partitions that can hold labels of ``day``'s impressions.
-
-    From ``day`` through the day on which the longest window of the day's last
-    impression (just before midnight) closes.
-
-    >>> label_days(dt.date(2026, 11, 1), dt.timedelta(hours=1))
-    [datetime.date(2026, 11, 1), datetime.date(2026, 11, 2)]
-    """
-    midnight_after = dt.datetime.combine(day + dt.timedelta(days=1), dt.time())
-    last = (midnight_after + max_window - dt.timedelta(microseconds=1)).date()
-    return [day + dt.timedelta(days=i) for i in range((last - day).days + 1)]
 
 
 #: The line as it was in the file: kept for the quarantine (null once a record is known good).
