@@ -1,0 +1,237 @@
+"""What the featurehouse DAGs share: settings, the Spark pool, the spark-submit operator, the landing sensor.
+
+Nothing heavy is imported here or in the DAG files (no pyspark, torch or Great Expectations):
+the jobs run in their own spark-submit processes. Settings are read when a task runs, never
+at parse time:
+
+========================== =================================================================
+Airflow Variable           meaning (default: works on the embedded set-up)
+========================== =================================================================
+featurehouse_home          the data folder (default: $FEATUREHOUSE_HOME, else <repo>/data)
+featurehouse_landing       the landing zone root, a path or URI (default: <home>/landing)
+featurehouse_registry_dir  the registry folder (default: schemas/datasets of this repo)
+featurehouse_spark_conf    a JSON object of Spark settings for every job, e.g. a shared metastore
+featurehouse_spark_slots   how many Spark tasks may run at once (``python -m airflow_dags.setup``)
+featurehouse_retention_apply  "true": scheduled retention runs remove; otherwise they only list
+========================== =================================================================
+
+The Spark Connection ``featurehouse_spark`` names the master (``local[*]`` by default; a
+``spark://host:7077`` for a standalone cluster). Every task that starts Spark takes a slot of
+the pool ``featurehouse_spark``: one slot on the embedded Derby metastore, which admits one JVM.
+
+Parse-time knobs are environment variables (reading Variables while parsing costs a metastore
+round trip per parse): ``FEATUREHOUSE_DAILY_START`` / ``FEATUREHOUSE_DAILY_END`` (the first and
+last ds the daily DAG schedules), ``FEATUREHOUSE_SENSOR_POKE_S`` and ``FEATUREHOUSE_SENSOR_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import ObjectStoragePath, PokeReturnValue, Variable
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The pool every Spark task takes a slot of, and the Connection naming the Spark master.
+SPARK_POOL = "featurehouse_spark"
+SPARK_CONN_ID = "featurehouse_spark"
+#: A featurehouse job's exit status when the quality gate refused the data: retrying cannot help.
+EXIT_REFUSED = 3
+
+log = logging.getLogger("featurehouse")
+
+
+def env_date(name: str, default: str | None) -> dt.datetime | None:
+    """A parse-time date knob from the environment, as midnight UTC."""
+    text = os.environ.get(name) or default
+    if not text:
+        return None
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError as err:
+        raise ValueError(f"${name}={text!r} is not a date; write it as YYYY-MM-DD") from err
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.timezone.utc)
+
+
+def env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    try:
+        value = float(text) if text else default
+    except ValueError as err:
+        raise ValueError(f"${name}={text!r} is not a number of seconds, e.g. 600") from err
+    if value <= 0:
+        raise ValueError(f"${name}={text!r} must be a positive number of seconds, e.g. 600")
+    return value
+
+
+def log_failure(context: Mapping[str, Any]) -> None:
+    """A task's failure callback: one line naming the DAG, the task, the ds and the cause."""
+    ti = context["ti"]
+    error = context.get("exception")
+    cause = str(error).strip().splitlines()[0] if error and str(error).strip() else type(error).__name__
+    log.error(
+        "featurehouse: %s.%s for ds %s failed (try %s): %s",
+        ti.dag_id, ti.task_id, context.get("ds", "(no logical date)"), ti.try_number, cause,
+    )  # fmt: skip
+
+
+def default_args(**overrides: Any) -> dict[str, Any]:
+    """Retries with backoff and the failure line, for every task."""
+    return {
+        "owner": "featurehouse",
+        "retries": 2,
+        "retry_delay": dt.timedelta(minutes=2),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": dt.timedelta(minutes=30),
+        "on_failure_callback": log_failure,
+        **overrides,
+    }
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The featurehouse settings of a task, from Airflow Variables (read at run time)."""
+
+    home: Path
+    landing: str
+    registry_dir: str | None
+    spark_conf: dict[str, str]
+
+    @classmethod
+    def load(cls) -> Settings:
+        home = Path(Variable.get("featurehouse_home", default=None) or os.environ.get("FEATUREHOUSE_HOME")
+                    or REPO_ROOT / "data").resolve()  # fmt: skip
+        raw_conf = Variable.get("featurehouse_spark_conf", default=None) or "{}"
+        try:
+            spark_conf = json.loads(raw_conf)
+        except json.JSONDecodeError as err:
+            raise AirflowFailException(
+                f"Variable featurehouse_spark_conf is not JSON ({err}); set it to an object of Spark settings, "
+                'e.g. {"spark.sql.shuffle.partitions": "64"}'
+            ) from err
+        if not isinstance(spark_conf, dict):
+            raise AirflowFailException("Variable featurehouse_spark_conf must be a JSON object of Spark settings")
+        return cls(
+            home=home,
+            landing=Variable.get("featurehouse_landing", default=None) or str(home / "landing"),
+            registry_dir=Variable.get("featurehouse_registry_dir", default=None),
+            spark_conf={str(k): str(v) for k, v in spark_conf.items()},
+        )
+
+
+def the_ds(context: Mapping[str, Any]) -> dt.date:
+    """The ds a run is for: its logical date (UTC). Airflow 3 gives cron runs an empty data interval
+    (start = end = the logical date), so the data interval is not used."""
+    logical = context.get("logical_date")
+    if logical is None:
+        raise AirflowFailException(
+            f"{context['dag'].dag_id} runs for one ds and this run has no logical date; trigger it with one, "
+            f"e.g. airflow dags trigger {context['dag'].dag_id} --logical-date 2026-11-03"
+        )
+    return logical.astimezone(dt.timezone.utc).date()
+
+
+def _closed(partition: str) -> bool:
+    path = ObjectStoragePath(partition if "://" in partition else f"file://{partition}")
+    return (path / "_SUCCESS").exists()
+
+
+def landing_ready(stream: str, context: Mapping[str, Any]) -> PokeReturnValue:
+    """Whether the landing partitions of ``stream`` that the ds's label join needs are all closed.
+
+    Impressions: the ds itself. Labels: the ds through the day its longest attribution window closes.
+    """
+    from schemas.landing_layout import Landing, Stream, label_days
+    from schemas.registry import load_dataset
+
+    settings = Settings.load()
+    day = the_ds(context)
+    if stream == Stream.LABELS:
+        registry = load_dataset(context["params"]["dataset"], settings.registry_dir)
+        days = label_days(day, registry.max_window)
+    else:
+        days = [day]
+    partitions = [Landing(settings.landing).partition(Stream(stream), d) for d in days]
+    missing = [p for p in partitions if not _closed(p)]
+    if missing:
+        log.info("ds %s waits for %d of %d %s partitions (missing or without _SUCCESS): %s",
+                 day, len(missing), len(partitions), stream, ", ".join(missing))  # fmt: skip
+    else:
+        log.info("ds %s: all %d %s partitions are closed", day, len(partitions), stream)
+    return PokeReturnValue(is_done=not missing, xcom_value=partitions)
+
+
+def _error_line(output: str) -> str | None:
+    """The featurehouse job's own ``error: ...`` line in spark-submit's output, if it printed one."""
+    lines = [line.strip() for line in output.splitlines() if line.strip().startswith("error: ")]
+    return lines[-1][len("error: "):] if lines else None
+
+
+class FeaturehouseSubmit(SparkSubmitOperator):
+    """spark-submit of one featurehouse job (``etl/<job>.py``: the module the CLI runs) on the warehouse.
+
+    At run time it adds what the embedded set-up needs (``featurehouse spark-args``: Delta's jars,
+    the metastore, the warehouse folder), the Variables' Spark settings (also passed to the job as
+    ``--conf``, which the job applies last), ``--registry-dir`` and, for jobs that read the landing
+    zone, ``--landing``. The master comes from the Connection. It takes a slot of the Spark pool.
+
+    A job the quality gate refused (exit 3) fails at once with the job's own message, which names
+    the gate's report; any other failure is retried.
+    """
+
+    def __init__(self, *, job: str, application_args: Sequence[str] | str, reads_landing: bool = False,
+                 **kwargs: Any) -> None:  # fmt: skip
+        kwargs.setdefault("pool", SPARK_POOL)
+        super().__init__(
+            application=str(REPO_ROOT / "etl" / f"{job}.py"),
+            application_args=application_args,
+            conn_id=SPARK_CONN_ID,
+            name=f"featurehouse-{job}",
+            **kwargs,
+        )
+        self.job = job
+        self.reads_landing = reads_landing
+
+    def execute(self, context: Any) -> None:
+        from warehouse.session import session_confs
+
+        settings = Settings.load()
+        confs = session_confs(settings.home, settings.spark_conf)
+        confs.pop("spark.master", None)  # the Connection names the master
+        self.conf = {**confs, **(self.conf or {})}
+        args = [str(a) for a in self.application_args or []]
+        if settings.registry_dir:
+            args += ["--registry-dir", settings.registry_dir]
+        if self.reads_landing:
+            args += ["--landing", settings.landing]
+        for key, value in settings.spark_conf.items():
+            args += ["--conf", f"{key}={value}"]
+        self.application_args = args
+        python_bin = str(Path(sys.executable).parent)
+        self.env_vars = {
+            **(self.env_vars or {}),
+            "FEATUREHOUSE_HOME": str(settings.home),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit of this environment
+        }
+        try:
+            super().execute(context)
+        except AirflowException as err:
+            text = str(err)
+            code = re.search(r"Error code is: (\d+)", text)
+            cause = _error_line(text) or text.splitlines()[0]
+            message = f"featurehouse {self.job} failed for ds {context.get('ds')}: {cause}"
+            if code and int(code.group(1)) == EXIT_REFUSED:
+                raise AirflowFailException(message) from err
+            raise AirflowException(message) from err

@@ -1,0 +1,34 @@
+"""``featurehouse_streaming``: every hour, the available-now stream catches up with what has landed.
+
+``spark-submit etl/stream.py --dataset D --source files --trigger available-now``: it joins the
+files that arrived since the last run (exactly once, by its checkpoint), publishes the days whose
+windows have closed through the quality gate, and stops. One run at a time; a missed hour is not
+caught up separately (the next run reads everything new).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import DAG, Param
+
+from airflow_dags.common import FeaturehouseSubmit, default_args
+
+with DAG(
+    dag_id="featurehouse_streaming",
+    description="the available-now label-join stream, hourly",
+    schedule="@hourly",
+    start_date=dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    params={"dataset": Param("ads", type="string", pattern=r"^[a-z][a-z0-9_]*$", description="the dataset to stream")},
+    default_args=default_args(),
+    tags=["featurehouse"],
+    doc_md=__doc__,
+) as dag:
+    FeaturehouseSubmit(
+        task_id="stream",
+        job="stream",
+        application_args=["--dataset", "{{ params.dataset }}", "--source", "files", "--trigger", "available-now"],
+        reads_landing=True,
+    )

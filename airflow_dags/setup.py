@@ -1,0 +1,68 @@
+"""Create what the featurehouse DAGs need in Airflow's metadata database; safe to run again.
+
+    airflow db migrate
+    python -m airflow_dags.setup
+
+* The pool ``featurehouse_spark``, whose slots are how many Spark tasks may run at once: the
+  Variable ``featurehouse_spark_slots`` (default 1). Embedded Derby admits one JVM, so more than
+  one slot is refused unless ``featurehouse_spark_conf`` points the jobs at a shared metastore
+  (``spark.hadoop.javax.jdo.option.ConnectionURL``). Run this again after changing either.
+* The Spark Connection ``featurehouse_spark`` (master ``local[*]``), unless it exists: edit it to
+  point the jobs at a cluster, e.g. ``airflow connections add featurehouse_spark --conn-type spark
+  --conn-host spark://spark-master:7077`` after deleting the default one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from airflow_dags.common import SPARK_CONN_ID, SPARK_POOL
+
+METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
+
+
+def pool_slots(slots_text: str | None, spark_conf_text: str | None) -> int:
+    """The pool's size from the Variables' text, refusing more than one slot on the embedded metastore."""
+    try:
+        slots = int(slots_text or 1)
+    except ValueError as err:
+        raise SystemExit(f"Variable featurehouse_spark_slots={slots_text!r} is not a whole number, e.g. 1") from err
+    if slots < 1:
+        raise SystemExit(f"Variable featurehouse_spark_slots={slots} must be at least 1")
+    shared = METASTORE_URL in json.loads(spark_conf_text or "{}")
+    if slots > 1 and not shared:
+        raise SystemExit(
+            f"Variable featurehouse_spark_slots={slots}, but the jobs use the embedded Derby metastore, which admits "
+            f"one Spark application at a time; set featurehouse_spark_conf to a shared metastore ({METASTORE_URL}) "
+            "first, or keep 1 slot"
+        )
+    return slots
+
+
+def main() -> int:
+    from airflow.models.connection import Connection
+    from airflow.models.pool import Pool
+    from airflow.models.variable import Variable
+    from airflow.utils.session import create_session
+
+    slots = pool_slots(
+        Variable.get("featurehouse_spark_slots", default_var=None), Variable.get("featurehouse_spark_conf", default_var=None)
+    )
+    Pool.create_or_update_pool(
+        SPARK_POOL, slots, "featurehouse Spark jobs: one per slot (1 on the embedded metastore)", include_deferred=False
+    )
+    print(f"pool {SPARK_POOL}: {slots} slot(s)")
+    with create_session() as session:
+        existing = session.query(Connection).filter(Connection.conn_id == SPARK_CONN_ID).one_or_none()
+        if existing is None:
+            session.add(Connection(conn_id=SPARK_CONN_ID, conn_type="spark", host="local[*]",
+                                   description="Spark master of the featurehouse jobs"))  # fmt: skip
+            print(f"connection {SPARK_CONN_ID}: created, master local[*]")
+        else:
+            print(f"connection {SPARK_CONN_ID}: kept, master {existing.host}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""The featurehouse DAGs under real Airflow 3: parsed by a DagBag, run by ``airflow dags test`` and by a
+real scheduler with the LocalExecutor, each task a real spark-submit of the job on the embedded set-up.
+
+One generated landing zone (the impressions of 2026-11-02, their labels through 11-05) and one
+warehouse folder are shared by the module; each Airflow deployment gets its own metadata database.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from etl.generate import GenerateConfig
+from etl.generate import run as generate
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "airflow_dags"
+DS = "2026-11-02"
+LAST_LABEL_DAY = "2026-11-05"  # ds + 3 days: where ads' 3-day conversion window of the ds closes
+SPARK_DAGS = ("featurehouse_daily", "featurehouse_streaming", "featurehouse_retention")
+
+
+@dataclass
+class Airflow:
+    """One Airflow deployment: its own home (metadata DB, logs) over the module's warehouse folder."""
+
+    home: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str, timeout: float = 120, **popen) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "airflow", *args], cwd=REPO, env=self.env, text=True,
+                              capture_output=True, timeout=timeout, check=False, **popen)  # fmt: skip
+
+    def popen(self, *args: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "airflow", *args], cwd=REPO, env=self.env, text=True,
+                                start_new_session=True, **kw)  # fmt: skip
+
+    def query(self, sql: str, *params) -> list[tuple]:
+        with sqlite3.connect(self.home / "airflow.db") as db:
+            return db.execute(sql, params).fetchall()
+
+
+def make_airflow(home: Path, warehouse: Path, **env: str) -> Airflow:
+    """``airflow db migrate``, the featurehouse pool and connection (``airflow_dags.setup``), the DAGs serialized."""
+    home.mkdir(parents=True)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "FEATUREHOUSE_"))}
+    airflow = Airflow(home, {
+        **base,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW_VAR_FEATUREHOUSE_HOME": str(warehouse),
+        "FEATUREHOUSE_SENSOR_POKE_S": "1",
+        **env,
+    })  # fmt: skip
+    for step in (["-m", "airflow", "db", "migrate"], ["-m", "airflow_dags.setup"], ["-m", "airflow", "dags", "reserialize"]):
+        done = subprocess.run([sys.executable, *step], cwd=REPO, env=airflow.env, text=True, capture_output=True,
+                              timeout=180, check=False)  # fmt: skip
+        assert done.returncode == 0, f"{' '.join(step)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return airflow
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("airflow_warehouse")
+    generate(GenerateConfig(home=home, start=dt.date.fromisoformat(DS), days=1, impressions_per_day=3000))
+    assert (home / "landing" / "labels" / f"ds={LAST_LABEL_DAY}" / "_SUCCESS").exists()
+    return home
+
+
+@pytest.fixture(scope="module")
+def published() -> dict[str, int]:
+    """What the first daily run published, for the runs after it."""
+    return {}
+
+
+def _partition(spark, warehouse: Path, ds: str):
+    return spark.read.format("delta").load(str(warehouse / "warehouse" / "featurehouse.db" / "ads")).where(f"ds = '{ds}'")
+
+
+def _one_copy(spark, warehouse: Path, ds: str) -> int:
+    rows = _partition(spark, warehouse, ds)
+    count, distinct = rows.count(), rows.select("impression_id").distinct().count()
+    assert count == distinct > 0, f"ds {ds}: {count} rows for {distinct} impression ids"
+    return count
+
+
+def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(tmp_path):
+    """Parsed in a fresh interpreter, as the DAG processor does: no pyspark, torch or GX; under 2 s a file."""
+    script = textwrap.dedent("""
+        import json, sys
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder=sys.argv[1])
+        heavy = sorted(m for m in ("pyspark", "torch", "great_expectations", "delta") if m in sys.modules)
+        dags = {}
+        for dag_id, dag in bag.dags.items():
+            dags[dag_id] = {
+                "schedule": str(getattr(dag.timetable, "expression", None)), "catchup": dag.catchup,
+                "params": {k: p.value for k, p in dag.params.items()} if dag.params else {},
+                "tasks": {t.task_id: {"upstream": sorted(t.upstream_task_ids), "pool": t.pool, "retries": t.retries,
+                                      "type": getattr(t, "operator_class", type(t)).__name__, "mode": getattr(t, "mode", None),
+                                      "callback": bool(t.on_failure_callback)} for t in dag.tasks},
+            }
+        print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "heavy": heavy, "dags": dags,
+                          "seconds": {s.file: s.duration.total_seconds() for s in bag.dagbag_stats}}, default=str))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    done = subprocess.run([sys.executable, "-c", script, str(DAGS)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    bag = json.loads(done.stdout.strip().splitlines()[-1])
+    assert bag["errors"] == {}
+    assert bag["heavy"] == []
+    assert set(bag["dags"]) == {"featurehouse_daily", "featurehouse_backfill", "featurehouse_streaming",
+                                "featurehouse_retention"}  # fmt: skip
+    assert set(bag["seconds"]) == {f"{d}.py" for d in bag["dags"]}  # common.py and setup.py are ignored
+    assert all(seconds < 2 for seconds in bag["seconds"].values()), bag["seconds"]
+
+    daily, backfill = bag["dags"]["featurehouse_daily"], bag["dags"]["featurehouse_backfill"]
+    streaming, retention = bag["dags"]["featurehouse_streaming"], bag["dags"]["featurehouse_retention"]
+    assert (daily["schedule"], daily["catchup"]) == ("0 0 * * *", True)
+    assert (streaming["schedule"], streaming["catchup"]) == ("0 * * * *", False)
+    assert (retention["schedule"], retention["catchup"]) == ("0 0 * * *", False)
+    assert backfill["schedule"] == "None"
+    assert daily["params"] == {"dataset": "ads"} and retention["params"] == {"dry_run": True}
+    assert set(backfill["params"]) == {"dataset", "feature", "start", "end"}
+
+    tasks = daily["tasks"]
+    assert tasks["label_join"]["upstream"] == ["wait_impressions", "wait_labels"]
+    assert tasks["catalog_stats"]["upstream"] == ["label_join"]
+    assert {tasks[s]["mode"] for s in ("wait_impressions", "wait_labels")} == {"reschedule"}
+    assert backfill["tasks"]["choose"]["upstream"] == ["plan"]
+    assert set(backfill["tasks"]["backfill_feature"]["upstream"]) == {"choose"}
+    assert backfill["tasks"]["catalog_stats"]["upstream"] == ["label_join", "stats_args"]
+    spark_tasks = [(d, t) for d in bag["dags"].values() for t in d["tasks"].values() if t["type"] == "FeaturehouseSubmit"]
+    assert len(spark_tasks) == 7  # daily 2, backfill 3, streaming 1, retention 1: every one in the Spark pool
+    assert {t["pool"] for _, t in spark_tasks} == {"featurehouse_spark"}
+    every_task = [t for d in bag["dags"].values() for t in d["tasks"].values()]
+    assert all(t["callback"] for t in every_task)
+    assert all(t["retries"] >= 1 for t in every_task if t["type"] == "FeaturehouseSubmit")
+
+
+def test_daily_run_waits_for_every_label_partition_then_publishes_its_ds(tmp_path, warehouse, published, spark):
+    """``airflow dags test``: the label sensor waits while ds+3's labels are missing, then while they are not
+    closed; only once ``_SUCCESS`` lands does the join run. Exactly that ds is published, with its stats."""
+    airflow = make_airflow(tmp_path / "airflow", warehouse)
+    last = warehouse / "landing" / "labels" / f"ds={LAST_LABEL_DAY}"
+    parked = tmp_path / "parked"
+    shutil.move(last, parked)  # missing
+
+    events: list[str] = []
+    started = time.monotonic()
+    run = airflow.popen("dags", "test", "featurehouse_daily", DS, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    waits = 0
+    try:
+        for line in run.stdout:
+            if "waits for 1 of 4 labels partitions" in line and LAST_LABEL_DAY in line:
+                waits += 1
+                if waits == 2:  # seen missing twice: land the folder, still without its marker
+                    shutil.move(parked, last)
+                    (last / "_SUCCESS").unlink()
+                    events.append("landed open")
+                elif waits == 4:  # seen open twice: close it
+                    (last / "_SUCCESS").touch()
+                    events.append("closed")
+            elif "running task <TaskInstance: featurehouse_daily.label_join" in line:
+                events.append("join")
+            elif "failed (try" in line and "featurehouse:" in line:
+                events.append(line.strip())
+        assert run.wait(timeout=60) == 0
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        if parked.exists():
+            shutil.move(parked, last)
+        (last / "_SUCCESS").touch()
+    print(f"featurehouse_daily for {DS}: airflow dags test took {time.monotonic() - started:.0f}s")
+
+    assert events == ["landed open", "closed", "join"]
+    table = spark.read.format("delta").load(str(warehouse / "warehouse" / "featurehouse.db" / "ads"))
+    assert [r.ds for r in table.select("ds").distinct().collect()] == [DS]
+    published[DS] = _one_copy(spark, warehouse, DS)
+    stats = spark.read.format("delta").load(str(warehouse / "warehouse" / "featurehouse_catalog.db" / "feature_stats"))
+    assert {(r.dataset, r.ds) for r in stats.select("dataset", "ds").distinct().collect()} == {("ads", DS)}
+
+
+def test_a_failed_task_logs_one_line_naming_the_ds_and_the_cause(tmp_path, warehouse):
+    """A ds whose logs never land: the sensor times out, the callback names the ds, and the join never runs."""
+    airflow = make_airflow(tmp_path / "airflow", warehouse, FEATUREHOUSE_SENSOR_TIMEOUT_S="3")
+    done = airflow.cli("dags", "test", "featurehouse_daily", "2026-11-09", timeout=180)
+    output = done.stdout + done.stderr
+    failures = [line for line in output.splitlines() if "featurehouse: featurehouse_daily." in line]
+    assert failures, output[-4000:]
+    assert any("wait_impressions for ds 2026-11-09 failed (try 1)" in line for line in failures), failures
+    states = dict(airflow.query("select task_id, state from task_instance"))
+    assert states["wait_impressions"] == "failed"
+    assert states["label_join"] == "upstream_failed" and states["catalog_stats"] == "upstream_failed"
+
+
+@contextmanager
+def services(airflow: Airflow) -> Iterator[None]:
+    """An API server (the tasks' Execution API) and a scheduler with the LocalExecutor, stopped on exit."""
+    logs = [(airflow.home / f"{name}.log").open("w") for name in ("api-server", "scheduler")]
+    procs = [
+        airflow.popen("api-server", "--port", airflow.env["AIRFLOW__API__PORT"], stdout=logs[0], stderr=subprocess.STDOUT),
+        airflow.popen("scheduler", stdout=logs[1], stderr=subprocess.STDOUT),
+    ]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for log in logs:
+            log.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_scheduled_daily_stream_and_retention_queue_for_one_spark_slot(tmp_path, warehouse, published, spark):
+    """A real scheduler: the catchup run of the daily DAG, the hourly stream and the daily retention all start
+    at once and share the embedded metastore. Each Spark task waits for the pool's one slot; all succeed."""
+    registry = tmp_path / "registry"
+    shutil.copytree(REPO / "schemas" / "datasets", registry)
+    ads = registry / "ads.yaml"
+    ads.write_text(ads.read_text().replace("retention: 365d", "retention: 20d"))  # so the dry run has work
+    port = _free_port()
+    airflow = make_airflow(
+        tmp_path / "airflow", warehouse,
+        FEATUREHOUSE_DAILY_START=DS, FEATUREHOUSE_DAILY_END=DS,
+        AIRFLOW_VAR_FEATUREHOUSE_REGISTRY_DIR=str(registry),
+        AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+        AIRFLOW__API_AUTH__JWT_SECRET="featurehouse-tests",
+        AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="1",
+    )  # fmt: skip
+    for dag_id in SPARK_DAGS:
+        assert airflow.cli("dags", "unpause", dag_id).returncode == 0
+
+    deadline = time.monotonic() + 600
+    with services(airflow):
+        while time.monotonic() < deadline:
+            runs = dict(airflow.query("select dag_id, state from dag_run"))
+            if len(runs) == 3 and set(runs.values()) <= {"success", "failed"}:
+                break
+            time.sleep(3)
+    assert runs == dict.fromkeys(SPARK_DAGS, "success"), (runs, airflow.query("select dag_id, task_id, state from task_instance"))
+
+    # The daily run the scheduler made: logical date = the ds; Airflow 3's cron runs have an empty data interval.
+    ((run_type, logical, start, end),) = airflow.query(
+        "select run_type, logical_date, data_interval_start, data_interval_end from dag_run where dag_id = 'featurehouse_daily'"
+    )
+    assert run_type == "scheduled" and logical.startswith(DS) and start == end == logical
+    ((fields,),) = airflow.query(
+        "select rendered_fields from rendered_task_instance_fields where dag_id = 'featurehouse_daily' "
+        "and task_id = 'label_join'"
+    )
+    args = json.loads(fields)["application_args"]
+    assert args[args.index("--ds") + 1] == DS
+
+    # One Spark task at a time, in the pool.
+    spark_tasks = airflow.query(
+        "select dag_id, task_id, start_date, end_date, pool from task_instance where pool = 'featurehouse_spark' "
+        "order by start_date"
+    )
+    assert {(d, t) for d, t, *_ in spark_tasks} == {("featurehouse_daily", "label_join"), ("featurehouse_daily", "catalog_stats"),
+                                                   ("featurehouse_streaming", "stream"), ("featurehouse_retention", "retention")}  # fmt: skip
+    for before, after in zip(spark_tasks, spark_tasks[1:]):
+        assert before[3] <= after[2], f"{before[:2]} ran until {before[3]}, but {after[:2]} started at {after[2]}"
+
+    # The retention run was a dry run: it listed the expired day and removed nothing.
+    log = next((airflow.home / "logs").glob("dag_id=featurehouse_retention/*/task_id=retention/attempt=1.log")).read_text()
+    assert re.search(rf"would drop 1 partitions \(ds {DS} \.\. {DS}, [\d,]+ rows\) from featurehouse\.ads", log), log[-3000:]
+    count = _one_copy(spark, warehouse, DS)  # the daily ran again for the ds, the stream published it too: one copy
+    if DS in published:
+        assert count == published[DS]
+
+
+def test_a_refused_ds_fails_at_once_naming_the_gate_report(tmp_path, warehouse, spark):
+    """A ds logged by a broken release fails the quality gate: the join fails on its first try (retrying cannot
+    change the data), the failure line carries the job's message with the report's path, the table is unchanged."""
+    from featurehouse.demo_faults import break_release
+
+    day = DS
+    before = _partition(spark, warehouse, day).count()
+    assert before > 0
+    break_release(warehouse / "landing", dt.date.fromisoformat(day), seed=7)
+    airflow = make_airflow(tmp_path / "airflow", warehouse)
+    done = airflow.cli("dags", "test", "featurehouse_daily", day, timeout=400)
+    output = done.stdout + done.stderr
+
+    states = {task: (state, tries) for task, state, tries in airflow.query("select task_id, state, try_number from task_instance")}
+    assert states["label_join"] == ("failed", 1) and states["catalog_stats"][0] == "upstream_failed", states
+    (line,) = {l.split("[featurehouse]")[0].strip() for l in output.splitlines() if "featurehouse: featurehouse_daily.label_join" in l}
+    assert f"label_join for ds {day} failed (try 1): featurehouse label_join failed for ds {day}: ds {day} of ads failed" in line
+    report = re.search(r"the report in (\S+\.json)", line)
+    assert report and Path(report.group(1)).is_file(), line
+    assert _partition(spark, warehouse, day).count() == before
