@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "publish": ("etl.publish", "publish a partition the quality gate refused: validated again, or --force --reason"),
     "features": ("etl.features", "diff: show what a registry change does to its table; apply: do it (no file rewritten)"),
     "backfill": ("etl.backfill", "fill a derived feature into past partitions, one commit per partition, verified"),
+    "retention": ("etl.retention", "drop partitions older than each dataset's retention, then vacuum (dry run unless --apply)"),
     "catalog": ("etl.catalog", "sync: registry -> feature catalog; stats: one partition's feature statistics"),
     "read": ("ingest.job", "read a job spec's partitions and features as torch batches (no JVM); record the run"),
     "train": ("trainer.train", "train a job spec's DLRM through the reader, evaluate it, report data stalls; record it"),

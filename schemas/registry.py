@@ -10,6 +10,7 @@ A file looks like this (``schemas/datasets/ads.yaml``)::
     dataset: ads
     description: Ads ranking impressions joined with clicks and conversions.
     owner: ads-ranking
+    retention: 365d                       # optional: partitions older than this are dropped
     labels:
       - {name: click, window: 1h}
       - {name: conversion, window: 3d}
@@ -242,7 +243,26 @@ class DatasetRegistry(_Frozen):
     labels: tuple[LabelSpec, ...] = Field(min_length=1)
     features: tuple[Feature, ...] = Field(min_length=1)
     quality: DatasetQuality = DatasetQuality()
+    #: How long partitions are kept: ``featurehouse retention`` drops those older than this, counted back
+    #: from the day it runs. Whole days, at least one; None (no ``retention:`` key) keeps them forever.
+    retention: dt.timedelta | None = None
     source: str = "<memory>"
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _parse_retention(cls, value: Any) -> dt.timedelta | None:
+        if value is None or isinstance(value, dt.timedelta):
+            return value
+        try:
+            retention = parse_duration(value)
+        except ValueError:
+            raise ValueError(f"retention {value!r} is not a duration; write it in days, e.g. 365d") from None
+        if retention < dt.timedelta(days=1) or retention % dt.timedelta(days=1):
+            raise ValueError(
+                f"retention {value!r} is not a whole number of days (at least 1); partitions are dropped by "
+                "whole days: write it in days, e.g. 365d"
+            )
+        return retention
 
     @cached_property
     def by_name(self) -> dict[str, Feature]:

@@ -136,3 +136,26 @@ def test_bad_lifecycle_renames_and_derivations_are_refused(tmp_path, replace, by
     assert replace in LIFECYCLE
     with pytest.raises(RegistryError, match=message):
         load_registry(write(tmp_path, LIFECYCLE.replace(replace, by, 1)))
+
+
+def test_retention_is_optional_and_parsed_in_days(tmp_path):
+    assert load_registry(write(tmp_path, GOOD)).retention is None  # no key: partitions are kept forever
+    assert load_registry(write(tmp_path, GOOD + "retention: 365d\n")).retention == dt.timedelta(days=365)
+    assert load_registry(write(tmp_path, GOOD + "retention: 48h\n")).retention == dt.timedelta(days=2)
+    assert load_dataset("ads").retention == dt.timedelta(days=365)
+    assert load_dataset("criteo").retention is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("12h", r"shop\.yaml: retention: retention '12h' is not a whole number of days \(at least 1\).*e\.g\. 365d"),
+        ("36h", r"shop\.yaml: retention: retention '36h' is not a whole number of days"),
+        ("0d", r"shop\.yaml: retention: retention '0d' is not a duration; write it in days, e\.g\. 365d"),
+        ("a year", r"shop\.yaml: retention: retention 'a year' is not a duration"),
+        ("365", r"shop\.yaml: retention: retention 365 is not a duration; write it in days"),
+    ],
+)
+def test_bad_retention_is_refused_naming_the_file(tmp_path, value, message):
+    with pytest.raises(RegistryError, match=message):
+        load_registry(write(tmp_path, GOOD + f"retention: {value}\n"))
