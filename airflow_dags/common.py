@@ -38,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import ObjectStoragePath, PokeReturnValue, Variable
+from airflow.sdk import ObjectStoragePath, Param, PokeReturnValue, Variable
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from schemas.names import NAME_PATTERN
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The pool every Spark task takes a slot of, and the Connection naming the Spark master.
@@ -47,6 +49,8 @@ SPARK_POOL = "featurehouse_spark"
 SPARK_CONN_ID = "featurehouse_spark"
 #: A featurehouse job's exit status when the quality gate refused the data: retrying cannot help.
 EXIT_REFUSED = 3
+#: Where the DAGs without catchup start (their first run is the latest tick anyway).
+START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 
 log = logging.getLogger("featurehouse")
 
@@ -83,6 +87,11 @@ def log_failure(context: Mapping[str, Any]) -> None:
         "featurehouse: %s.%s for ds %s failed (try %s): %s",
         ti.dag_id, ti.task_id, context.get("ds", "(no logical date)"), ti.try_number, cause,
     )  # fmt: skip
+
+
+def dataset_param(what: str) -> Param:
+    """The ``dataset`` param of a DAG run: a registry's name, ``ads`` by default."""
+    return Param("ads", type="string", pattern=NAME_PATTERN.pattern, description=what)
 
 
 def default_args(**overrides: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import datetime as dt
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_dags.common import SPARK_POOL, FeaturehouseSubmit, default_args
+from airflow_dags.common import SPARK_POOL, START, FeaturehouseSubmit, dataset_param, default_args
 
 #: The longest range one trigger may ask for.
 MAX_DAYS = 366
@@ -28,10 +28,10 @@ with DAG(
     dag_id="featurehouse_backfill",
     description="backfill a derived feature, or re-run the label join, over a range of ds",
     schedule=None,
-    start_date=dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc),
+    start_date=START,
     catchup=False,
     params={
-        "dataset": Param("ads", type="string", pattern=r"^[a-z][a-z0-9_]*$", description="the dataset"),
+        "dataset": dataset_param("the dataset"),
         "feature": Param("", type="string", description="a derived feature to backfill; empty: re-run the label join"),
         "start": Param(type="string", format="date", description="first ds, YYYY-MM-DD"),
         "end": Param(type="string", format="date", description="last ds, YYYY-MM-DD (inclusive)"),

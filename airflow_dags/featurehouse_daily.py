@@ -19,13 +19,12 @@ Catchup is on from ``$FEATUREHOUSE_DAILY_START`` (default 2026-11-01).
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, task
 
-from airflow_dags.common import FeaturehouseSubmit, default_args, env_date, env_seconds, landing_ready
+from airflow_dags.common import FeaturehouseSubmit, dataset_param, default_args, env_date, env_seconds, landing_ready
 
 POKE_S = env_seconds("FEATUREHOUSE_SENSOR_POKE_S", 600)
 TIMEOUT_S = env_seconds("FEATUREHOUSE_SENSOR_TIMEOUT_S", 7 * 24 * 3600)
-DATASET = {"dataset": Param("ads", type="string", pattern=r"^[a-z][a-z0-9_]*$", description="the dataset to join")}
 
 with DAG(
     dag_id="featurehouse_daily",
@@ -35,7 +34,7 @@ with DAG(
     end_date=env_date("FEATUREHOUSE_DAILY_END", None),
     catchup=True,
     max_active_runs=8,
-    params=DATASET,
+    params={"dataset": dataset_param("the dataset to join")},
     default_args=default_args(),
     tags=["featurehouse"],
     doc_md=__doc__,

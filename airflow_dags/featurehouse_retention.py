@@ -10,17 +10,15 @@ default), so a reader pinned to an older snapshot keeps working until then.
 
 from __future__ import annotations
 
-import datetime as dt
-
 from airflow.sdk import DAG, Param
 
-from airflow_dags.common import FeaturehouseSubmit, default_args
+from airflow_dags.common import START, FeaturehouseSubmit, default_args
 
 with DAG(
     dag_id="featurehouse_retention",
     description="drop expired partitions and vacuum (dry run unless told)",
     schedule="@daily",
-    start_date=dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc),
+    start_date=START,
     catchup=False,
     max_active_runs=1,
     params={"dry_run": Param(True, type="boolean", description="only list what would be removed")},

@@ -8,20 +8,18 @@ caught up separately (the next run reads everything new).
 
 from __future__ import annotations
 
-import datetime as dt
+from airflow.sdk import DAG
 
-from airflow.sdk import DAG, Param
-
-from airflow_dags.common import FeaturehouseSubmit, default_args
+from airflow_dags.common import START, FeaturehouseSubmit, dataset_param, default_args
 
 with DAG(
     dag_id="featurehouse_streaming",
     description="the available-now label-join stream, hourly",
     schedule="@hourly",
-    start_date=dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc),
+    start_date=START,
     catchup=False,
     max_active_runs=1,
-    params={"dataset": Param("ads", type="string", pattern=r"^[a-z][a-z0-9_]*$", description="the dataset to stream")},
+    params={"dataset": dataset_param("the dataset to stream")},
     default_args=default_args(),
     tags=["featurehouse"],
     doc_md=__doc__,

@@ -44,9 +44,9 @@ class Airflow:
     home: Path
     env: dict[str, str]
 
-    def cli(self, *args: str, timeout: float = 120, **popen) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "airflow", *args], cwd=REPO, env=self.env, text=True,
-                              capture_output=True, timeout=timeout, check=False, **popen)  # fmt: skip
+    def cli(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "airflow", *args], cwd=REPO, env={**self.env, **(env or {})},
+                              text=True, capture_output=True, timeout=timeout, check=False)  # fmt: skip
 
     def popen(self, *args: str, **kw) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "airflow", *args], cwd=REPO, env=self.env, text=True,
@@ -55,6 +55,14 @@ class Airflow:
     def query(self, sql: str, *params) -> list[tuple]:
         with sqlite3.connect(self.home / "airflow.db") as db:
             return db.execute(sql, params).fetchall()
+
+    def states(self, dag_id: str) -> dict[str, tuple[str, int]]:
+        """task id -> (state, try number) in the latest run of ``dag_id``."""
+        rows = self.query(
+            "select task_id, state, try_number from task_instance where dag_id = ? and run_id = "
+            "(select run_id from dag_run where dag_id = ? order by id desc limit 1)", dag_id, dag_id,
+        )  # fmt: skip
+        return {task: (state, tries) for task, state, tries in rows}
 
 
 def make_airflow(home: Path, warehouse: Path, **env: str) -> Airflow:
@@ -84,6 +92,12 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     generate(GenerateConfig(home=home, start=dt.date.fromisoformat(DS), days=1, impressions_per_day=3000))
     assert (home / "landing" / "labels" / f"ds={LAST_LABEL_DAY}" / "_SUCCESS").exists()
     return home
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory, warehouse: Path) -> Airflow:
+    """The deployment the ``airflow dags test`` runs share (each such run replaces an earlier one of its date)."""
+    return make_airflow(tmp_path_factory.mktemp("airflow") / "home", warehouse)
 
 
 @pytest.fixture(scope="module")
@@ -159,10 +173,9 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
     assert all(t["retries"] >= 1 for t in every_task if t["type"] == "FeaturehouseSubmit")
 
 
-def test_daily_run_waits_for_every_label_partition_then_publishes_its_ds(tmp_path, warehouse, published, spark):
+def test_daily_run_waits_for_every_label_partition_then_publishes_its_ds(tmp_path, airflow, warehouse, published, spark):
     """``airflow dags test``: the label sensor waits while ds+3's labels are missing, then while they are not
     closed; only once ``_SUCCESS`` lands does the join run. Exactly that ds is published, with its stats."""
-    airflow = make_airflow(tmp_path / "airflow", warehouse)
     last = warehouse / "landing" / "labels" / f"ds={LAST_LABEL_DAY}"
     parked = tmp_path / "parked"
     shutil.move(last, parked)  # missing
@@ -203,17 +216,55 @@ def test_daily_run_waits_for_every_label_partition_then_publishes_its_ds(tmp_pat
     assert {(r.dataset, r.ds) for r in stats.select("dataset", "ds").distinct().collect()} == {("ads", DS)}
 
 
-def test_a_failed_task_logs_one_line_naming_the_ds_and_the_cause(tmp_path, warehouse):
+def test_a_failed_task_logs_one_line_naming_the_ds_and_the_cause(airflow):
     """A ds whose logs never land: the sensor times out, the callback names the ds, and the join never runs."""
-    airflow = make_airflow(tmp_path / "airflow", warehouse, FEATUREHOUSE_SENSOR_TIMEOUT_S="3")
-    done = airflow.cli("dags", "test", "featurehouse_daily", "2026-11-09", timeout=180)
+    done = airflow.cli("dags", "test", "featurehouse_daily", "2026-11-09", timeout=180,
+                       env={"FEATUREHOUSE_SENSOR_TIMEOUT_S": "3"})  # fmt: skip
     output = done.stdout + done.stderr
     failures = [line for line in output.splitlines() if "featurehouse: featurehouse_daily." in line]
     assert failures, output[-4000:]
     assert any("wait_impressions for ds 2026-11-09 failed (try 1)" in line for line in failures), failures
-    states = dict(airflow.query("select task_id, state from task_instance"))
+    states = {task: state for task, (state, _) in airflow.states("featurehouse_daily").items()}
     assert states["wait_impressions"] == "failed"
     assert states["label_join"] == "upstream_failed" and states["catalog_stats"] == "upstream_failed"
+
+
+def test_the_spark_pool_widens_only_for_a_shared_metastore(airflow):
+    """``airflow_dags.setup`` sizes the pool from the Variable, and refuses a second slot on embedded Derby."""
+    setup = [sys.executable, "-m", "airflow_dags.setup"]
+    wide = {**airflow.env, "AIRFLOW_VAR_FEATUREHOUSE_SPARK_SLOTS": "3"}
+    refused = subprocess.run(setup, cwd=REPO, env=wide, capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode != 0 and "embedded Derby metastore" in refused.stderr, refused.stderr[-2000:]
+    assert airflow.query("select slots from slot_pool where pool = 'featurehouse_spark'") == [(1,)]
+    shared = {**wide, "AIRFLOW_VAR_FEATUREHOUSE_SPARK_CONF": json.dumps(
+        {"spark.hadoop.javax.jdo.option.ConnectionURL": "jdbc:postgresql://db:5432/metastore"})}  # fmt: skip
+    done = subprocess.run(setup, cwd=REPO, env=shared, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert airflow.query("select slots from slot_pool where pool = 'featurehouse_spark'") == [(3,)]
+    back = subprocess.run(setup, cwd=REPO, env=airflow.env, capture_output=True, text=True, timeout=120, check=False)
+    assert back.returncode == 0 and airflow.query("select slots from slot_pool where pool = 'featurehouse_spark'") == [(1,)]
+
+
+def test_backfill_dag_fills_a_derived_feature_and_refuses_a_reversed_range(airflow, warehouse, spark):
+    """The feature branch runs ``etl/backfill.py`` (the ds was written with the feature, so nothing changes) and
+    skips the re-join branch; a reversed range fails in ``plan``, before any Spark."""
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'warehouse' / 'featurehouse.db' / 'ads'}` LIMIT 1").first().version
+    conf = {"dataset": "ads", "feature": "item_ctr_7d_log", "start": DS, "end": DS}
+    done = airflow.cli("dags", "test", "featurehouse_backfill", "--conf", json.dumps(conf), timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    states = {task: state for task, (state, _) in airflow.states("featurehouse_backfill").items()}
+    assert states["backfill_feature"] == "success"
+    assert {states[t] for t in ("join_args", "label_join", "catalog_stats")} == {"skipped"}
+    assert "0 partitions written, 1 already filled" in done.stdout + done.stderr
+    after = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'warehouse' / 'featurehouse.db' / 'ads'}` LIMIT 1").first().version
+    assert after == version  # nothing committed
+
+    reversed_range = {"dataset": "ads", "start": "2026-11-05", "end": DS}
+    done = airflow.cli("dags", "test", "featurehouse_backfill", "--conf", json.dumps(reversed_range), timeout=300)
+    assert "featurehouse_backfill.plan for ds" in done.stdout + done.stderr
+    assert f"end {DS} is before start 2026-11-05; give the range in order" in done.stdout + done.stderr
+    states = {task: state for task, (state, _) in airflow.states("featurehouse_backfill").items()}
+    assert states["plan"] == "failed" and states["backfill_feature"] == "upstream_failed"
 
 
 @contextmanager
@@ -307,7 +358,7 @@ def test_scheduled_daily_stream_and_retention_queue_for_one_spark_slot(tmp_path,
         assert count == published[DS]
 
 
-def test_a_refused_ds_fails_at_once_naming_the_gate_report(tmp_path, warehouse, spark):
+def test_a_refused_ds_fails_at_once_naming_the_gate_report(airflow, warehouse, spark):
     """A ds logged by a broken release fails the quality gate: the join fails on its first try (retrying cannot
     change the data), the failure line carries the job's message with the report's path, the table is unchanged."""
     from featurehouse.demo_faults import break_release
@@ -316,11 +367,10 @@ def test_a_refused_ds_fails_at_once_naming_the_gate_report(tmp_path, warehouse, 
     before = _partition(spark, warehouse, day).count()
     assert before > 0
     break_release(warehouse / "landing", dt.date.fromisoformat(day), seed=7)
-    airflow = make_airflow(tmp_path / "airflow", warehouse)
     done = airflow.cli("dags", "test", "featurehouse_daily", day, timeout=400)
     output = done.stdout + done.stderr
 
-    states = {task: (state, tries) for task, state, tries in airflow.query("select task_id, state, try_number from task_instance")}
+    states = airflow.states("featurehouse_daily")
     assert states["label_join"] == ("failed", 1) and states["catalog_stats"][0] == "upstream_failed", states
     (line,) = {l.split("[featurehouse]")[0].strip() for l in output.splitlines() if "featurehouse: featurehouse_daily.label_join" in l}
     assert f"label_join for ds {day} failed (try 1): featurehouse label_join failed for ds {day}: ds {day} of ads failed" in line
