@@ -73,7 +73,7 @@ def run(config: ReadConfig, *, out=print) -> UsageRecord:
         f"{counter.bytes_all_columns:,} ({ratio:.1f}x more)")  # fmt: skip
     where = "its worker" + ("s" if config.workers > 1 else "") if config.workers else "a read-ahead thread"
     out(f"  time: I/O {counter.io_s:.2f}s and decoding {counter.decode_s:.2f}s (in {where}), transforms "
-        f"{counter.convert_s:.2f}s, shuffling and batching {counter.assemble_s:.2f}s; waiting for batches "
+        f"{counter.convert_s:.2f}s, shuffling {counter.shuffle_s:.2f}s and batching {counter.assemble_s:.2f}s; waiting for batches "
         f"{counter.wait_s:.2f}s")  # fmt: skip
     usage = UsageRecord(
         job_id=spec.job_id, dataset=spec.dataset, ds_from=format_ds(spec.days[0]), ds_to=format_ds(spec.days[-1]),

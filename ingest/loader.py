@@ -169,7 +169,7 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         if self.shuffle_buffer > 0:
             order = window_permutation(len(rows), seed=self.seed, epoch=self.epoch, rank=self.rank,
                                        window=window.index, shuffle=True)  # fmt: skip
-        counter.assemble_s += time.perf_counter() - started
+        counter.shuffle_s += time.perf_counter() - started
         counter.bytes_all_columns += sum(
             p.unit.bytes_all * (p.stop - p.start) // max(p.unit.rows, 1) for p in window.pieces
         )

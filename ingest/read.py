@@ -24,7 +24,8 @@ from schemas.errors import TableError
 from schemas.registry import DatasetRegistry
 
 
-_SUMMED = ("bytes_read", "rows", "batches", "bytes_all_columns", "io_s", "read_s", "convert_s", "assemble_s", "wait_s")
+_SUMMED = ("bytes_read", "rows", "batches", "bytes_all_columns", "io_s", "read_s", "convert_s", "shuffle_s",
+           "assemble_s", "wait_s")  # fmt: skip
 
 
 @dataclass
@@ -40,7 +41,8 @@ class IoCounter:
     io_s: float = 0.0  # inside the files' reads
     read_s: float = 0.0  # reading row groups: I/O plus Parquet decoding
     convert_s: float = 0.0  # transforms of whole row groups
-    assemble_s: float = 0.0  # shuffling windows and cutting batches
+    shuffle_s: float = 0.0  # concatenating a window's rows and drawing its permutation
+    assemble_s: float = 0.0  # gathering each batch's rows into its tensors
     wait_s: float = 0.0  # the consumer waiting for batches (set by ResumableLoader)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -95,7 +95,7 @@ def _cost_columns(cost: IoCounter | None) -> dict:
         return {}
     return {
         "batches": cost.batches, "bytes_all_columns": cost.bytes_all_columns, "io_s": cost.io_s,
-        "decode_s": cost.decode_s, "transform_s": cost.convert_s, "batching_s": cost.assemble_s, "wait_s": cost.wait_s,
+        "decode_s": cost.decode_s, "transform_s": cost.convert_s, "batching_s": cost.shuffle_s + cost.assemble_s, "wait_s": cost.wait_s,
     }  # fmt: skip
 
 
