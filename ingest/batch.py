@@ -26,7 +26,8 @@ class Batch:
         weights  = [ 1.0, 1.0,    1.0,         .5,  .2, .3,  .9]   float32[total] or None
 
     ``weights`` is None unless some key is weighted; then unweighted keys get 1.0 per id,
-    as TorchRec does. ``to_kjt()`` hands the same tensors to ``KeyedJaggedTensor``.
+    as TorchRec does. ``to_kjt()`` hands the same tensors to ``KeyedJaggedTensor``, ``to_keyed_tensor()``
+    the dense matrix to ``KeyedTensor``.
     """
 
     dense: torch.Tensor
@@ -77,14 +78,26 @@ class Batch:
         return self._map(lambda t: t.pin_memory())
 
     def to_kjt(self):
-        """The sparse part as a ``torchrec.KeyedJaggedTensor`` (needs torchrec)."""
-        try:
-            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-        except ImportError as err:
-            raise ConfigError(
-                "torchrec is not installed; pip install torchrec (the build matching your torch) to use "
-                "Batch.to_kjt(), or use batch.values, batch.lengths and batch.offsets directly"
-            ) from err
-        return KeyedJaggedTensor(keys=list(self.sparse_keys), values=self.values, lengths=self.lengths,
-                                 weights=self.weights)  # fmt: skip
+        """The sparse part as a ``torchrec.KeyedJaggedTensor`` over the same tensors, no copy (needs torchrec)."""
+        return _jagged_tensor_module().KeyedJaggedTensor(
+            keys=list(self.sparse_keys), values=self.values, lengths=self.lengths, weights=self.weights
+        )
+
+    def to_keyed_tensor(self):
+        """The dense part as a ``torchrec.KeyedTensor`` (one column per key) over ``dense``, no copy (needs torchrec)."""
+        return _jagged_tensor_module().KeyedTensor(
+            keys=list(self.dense_keys), length_per_key=[1] * len(self.dense_keys), values=self.dense, key_dim=1
+        )
+
+
+def _jagged_tensor_module():
+    try:
+        from torchrec.sparse import jagged_tensor
+    except ImportError as err:
+        raise ConfigError(
+            "torchrec is not installed; pip install torchrec (the build matching your torch) to use "
+            "Batch.to_kjt() and to_keyed_tensor(), or use batch.values, batch.lengths, batch.offsets and batch.dense "
+            "directly"
+        ) from err
+    return jagged_tensor
 
