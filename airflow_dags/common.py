@@ -41,6 +41,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import ObjectStoragePath, Param, PokeReturnValue, Variable
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from schemas.landing_layout import SUCCESS_MARKER, Landing, Stream, label_days
 from schemas.names import NAME_PATTERN
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -107,6 +108,20 @@ def default_args(**overrides: Any) -> dict[str, Any]:
     }
 
 
+def parse_spark_conf(text: str | None) -> dict[str, str]:
+    """The Variable ``featurehouse_spark_conf`` (a JSON object of Spark settings; unset: none) as a dict."""
+    try:
+        spark_conf = json.loads(text or "{}")
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"Variable featurehouse_spark_conf is not JSON ({err}); set it to an object of Spark settings, "
+            'e.g. {"spark.sql.shuffle.partitions": "64"}'
+        ) from err
+    if not isinstance(spark_conf, dict):
+        raise ValueError("Variable featurehouse_spark_conf must be a JSON object of Spark settings")
+    return {str(k): str(v) for k, v in spark_conf.items()}
+
+
 @dataclass(frozen=True)
 class Settings:
     """The featurehouse settings of a task, from Airflow Variables (read at run time)."""
@@ -120,21 +135,15 @@ class Settings:
     def load(cls) -> Settings:
         home = Path(Variable.get("featurehouse_home", default=None) or os.environ.get("FEATUREHOUSE_HOME")
                     or REPO_ROOT / "data").resolve()  # fmt: skip
-        raw_conf = Variable.get("featurehouse_spark_conf", default=None) or "{}"
         try:
-            spark_conf = json.loads(raw_conf)
-        except json.JSONDecodeError as err:
-            raise AirflowFailException(
-                f"Variable featurehouse_spark_conf is not JSON ({err}); set it to an object of Spark settings, "
-                'e.g. {"spark.sql.shuffle.partitions": "64"}'
-            ) from err
-        if not isinstance(spark_conf, dict):
-            raise AirflowFailException("Variable featurehouse_spark_conf must be a JSON object of Spark settings")
+            spark_conf = parse_spark_conf(Variable.get("featurehouse_spark_conf", default=None))
+        except ValueError as err:
+            raise AirflowFailException(str(err)) from err
         return cls(
             home=home,
             landing=Variable.get("featurehouse_landing", default=None) or str(home / "landing"),
             registry_dir=Variable.get("featurehouse_registry_dir", default=None),
-            spark_conf={str(k): str(v) for k, v in spark_conf.items()},
+            spark_conf=spark_conf,
         )
 
 
@@ -152,7 +161,7 @@ def the_ds(context: Mapping[str, Any]) -> dt.date:
 
 def _closed(partition: str) -> bool:
     path = ObjectStoragePath(partition if "://" in partition else f"file://{partition}")
-    return (path / "_SUCCESS").exists()
+    return (path / SUCCESS_MARKER).exists()
 
 
 def landing_ready(stream: str, context: Mapping[str, Any]) -> PokeReturnValue:
@@ -160,7 +169,6 @@ def landing_ready(stream: str, context: Mapping[str, Any]) -> PokeReturnValue:
 
     Impressions: the ds itself. Labels: the ds through the day its longest attribution window closes.
     """
-    from schemas.landing_layout import Landing, Stream, label_days
     from schemas.registry import load_dataset
 
     settings = Settings.load()

@@ -14,10 +14,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
-from airflow_dags.common import SPARK_CONN_ID, SPARK_POOL
+from airflow_dags.common import SPARK_CONN_ID, SPARK_POOL, parse_spark_conf
 
 METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
 
@@ -30,7 +29,10 @@ def pool_slots(slots_text: str | None, spark_conf_text: str | None) -> int:
         raise SystemExit(f"Variable featurehouse_spark_slots={slots_text!r} is not a whole number, e.g. 1") from err
     if slots < 1:
         raise SystemExit(f"Variable featurehouse_spark_slots={slots} must be at least 1")
-    shared = METASTORE_URL in json.loads(spark_conf_text or "{}")
+    try:
+        shared = METASTORE_URL in parse_spark_conf(spark_conf_text)
+    except ValueError as err:
+        raise SystemExit(str(err)) from err
     if slots > 1 and not shared:
         raise SystemExit(
             f"Variable featurehouse_spark_slots={slots}, but the jobs use the embedded Derby metastore, which admits "

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -36,7 +35,7 @@ from schemas.registry import DatasetRegistry, Feature, load_dataset
 from warehouse.derived import derived_column, validate_derived
 from warehouse.evolution import prepare_for_write
 from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
-from warehouse.tables import replace_partition, table_name
+from warehouse.tables import current_version, replace_partition, table_name
 
 
 @dataclass(frozen=True)
@@ -118,15 +117,11 @@ def _fingerprint(frame: DataFrame, columns: Sequence[str], check: Column) -> Row
     ).first()
 
 
-def _current_version(spark: SparkSession, table: str) -> int:
-    return int(DeltaTable.forName(spark, table).history(1).first()["version"])
-
-
 def backfill_partition(spark: SparkSession, table: str, feature: Feature, ds: str) -> PartitionBackfill:
     """Fill ``feature`` into partition ``ds`` of ``table`` (see the module docstring)."""
     started = time.monotonic()
     value = derived_column(feature, parse_ds(ds))
-    version = _current_version(spark, table)
+    version = current_version(spark, table)
 
     def at(v: int) -> DataFrame:
         return spark.read.option("versionAsOf", v).table(table).where(F.col("ds") == ds)

@@ -85,7 +85,7 @@ def _classpath() -> str:
     return f"{jars}/*"
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """``count`` distinct ports free on HOST now (all bound at once, then released)."""
     with ExitStack() as stack:
         socks = [stack.enter_context(socket.socket()) for _ in range(count)]
@@ -170,7 +170,7 @@ def local_broker(folder: Path, *, port: int | None = None, startup_timeout_s: fl
     folder = Path(folder).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(folder / "data", ignore_errors=True)
-    free = _free_ports(2)
+    free = free_ports(2)
     port, controller_port = port or free[0], free[1]
     config, log4j, log = folder / "server.properties", folder / "log4j2.properties", folder / "broker.log"
     config.write_text(_properties(folder, port, controller_port))

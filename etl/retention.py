@@ -46,7 +46,7 @@ from schemas.errors import ConfigError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import PARTITION_COLUMN, DatasetRegistry, load_dataset
 from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
-from warehouse.tables import retry_conflicts, table_name
+from warehouse.tables import current_version, retry_conflicts, table_name
 
 #: Delta's default of ``delta.deletedFileRetentionDuration``, what VACUUM keeps when the table sets none.
 DEFAULT_FILE_RETENTION = "interval 1 week"
@@ -152,10 +152,6 @@ def chosen_registries(config: RetentionConfig) -> list[DatasetRegistry]:
     return registries
 
 
-def _version(spark: SparkSession, table: str) -> int:
-    return int(DeltaTable.forName(spark, table).history(1).first()["version"])
-
-
 @contextmanager
 def _listing_tasks(spark: SparkSession) -> Iterator[None]:
     """VACUUM lists the table's folder in ``LISTING_PARALLELISM`` tasks; Spark's default, 10,000, takes
@@ -190,7 +186,7 @@ def expire_table(spark: SparkSession, table: str, cutoff: str, *, apply: bool, s
     if not spark.catalog.tableExists(table):
         say(f"{table}: no table")
         return TableRetention(table, exists=False)
-    before = _version(spark, table)
+    before = current_version(spark, table)
     properties = DeltaTable.forName(spark, table).detail().first()["properties"] or {}
     file_retention = properties.get("delta.deletedFileRetentionDuration", DEFAULT_FILE_RETENTION)
     say(f"{table}: counting rows per partition at Delta version {before}")
@@ -208,7 +204,7 @@ def expire_table(spark: SparkSession, table: str, cutoff: str, *, apply: bool, s
     files = _vacuum(spark, table, apply=apply)
     return TableRetention(
         table, True, expired, tuple(ds for ds, _n in counts if ds >= cutoff), before,
-        version_after=_version(spark, table) if apply else None, rows_removed=removed, vacuum_files=files,
+        version_after=current_version(spark, table) if apply else None, rows_removed=removed, vacuum_files=files,
         file_retention=file_retention,
     )  # fmt: skip
 

@@ -58,6 +58,11 @@ class CommitMetrics:
     removed_files: int
 
 
+def current_version(spark: SparkSession, table: str) -> int:
+    """The Delta version ``table`` is at now."""
+    return int(DeltaTable.forName(spark, table).history(1).first()["version"])
+
+
 def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition: Column) -> CommitMetrics:
     """Replace the rows of ``table`` matching ``condition`` with ``frame``, in one Delta commit.
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from etl.generate import GenerateConfig
+from etl.kafka_broker import free_ports
 from etl.generate import run as generate
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -290,14 +291,6 @@ def services(airflow: Airflow) -> Iterator[None]:
             log.close()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_scheduled_daily_stream_and_retention_queue_for_one_spark_slot(tmp_path, warehouse, published, spark):
     """A real scheduler: the catchup run of the daily DAG, the hourly stream and the daily retention all start
     at once and share the embedded metastore. Each Spark task waits for the pool's one slot; all succeed."""
@@ -305,7 +298,7 @@ def test_scheduled_daily_stream_and_retention_queue_for_one_spark_slot(tmp_path,
     shutil.copytree(REPO / "schemas" / "datasets", registry)
     ads = registry / "ads.yaml"
     ads.write_text(ads.read_text().replace("retention: 365d", "retention: 20d"))  # so the dry run has work
-    port = _free_port()
+    (port,) = free_ports(1)
     airflow = make_airflow(
         tmp_path / "airflow", warehouse,
         FEATUREHOUSE_DAILY_START=DS, FEATUREHOUSE_DAILY_END=DS,
