@@ -28,8 +28,20 @@ from schemas.errors import ConfigError
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets
+    offsets[1:] = lengths
+    return _cumsum(offsets)
+
+
+def _cumsum(a: np.ndarray) -> np.ndarray:
+    """``a`` (int64) turned into its running sum in place: torch's loop is 6x faster than numpy's integer cumsum."""
+    torch.from_numpy(a).cumsum_(0)
+    return a
+
+
+def _gather(source: np.ndarray, index: np.ndarray, **kwargs) -> np.ndarray:
+    """``np.take`` of indices made here, always in range: ``mode="wrap"`` skips the per-index bounds
+    check of the default mode, which costs take 40% of its time."""
+    return np.take(source, index, mode="wrap", **kwargs)
 
 
 @dataclass(frozen=True)
@@ -60,14 +72,26 @@ class Jagged:
         return Jagged(self.values, self.offsets[start : stop + 1], self.weights)
 
     def select(self, rows: np.ndarray | None) -> tuple[np.ndarray | slice, np.ndarray]:
-        """Where ``rows`` (None: all, in order) find their values, and their lengths."""
+        """Where ``rows`` (None: all, in order) find their values, and their lengths.
+
+        The index runs up by one inside a row and jumps between rows, so it is the running sum
+        of ones with each non-empty row's jump at its first position (one pass, no ``np.repeat``).
+        """
         if rows is None:
             return slice(int(self.offsets[0]), int(self.offsets[-1])), self.lengths
-        lengths = np.take(self.lengths, rows)
-        offsets = _offsets(lengths)
-        index = np.repeat(np.take(self.offsets[:-1], rows) - offsets[:-1], lengths)
-        index += np.arange(offsets[-1], dtype=np.int64)
-        return index, lengths
+        starts, ends = _gather(self.offsets, rows), _gather(self.offsets, rows + 1)
+        lengths = ends - starts
+        at = _offsets(lengths)[:-1]
+        total = int(at[-1] + lengths[-1]) if len(rows) else 0
+        if total == 0:
+            return np.empty(0, np.int64), lengths
+        if not lengths.all():
+            filled = np.flatnonzero(lengths)
+            starts, ends, at = starts[filled], ends[filled], at[filled]
+        index = np.ones(total, np.int64)
+        index[at[1:]] = starts[1:] - ends[:-1] + 1
+        index[0] = starts[0]
+        return _cumsum(index), lengths
 
     @staticmethod
     def concat(parts: Sequence[Jagged]) -> Jagged:
@@ -103,10 +127,23 @@ class Block:
     ) -> Block:
         """A block from per-feature columns of equal row count, keys in the mappings' order."""
         rows = _row_count(dense, sparse, labels)
+        return cls.of_matrix(tuple(dense), _matrix(dense, rows), sparse, labels)
+
+    @classmethod
+    def of_matrix(
+        cls, dense_keys: Sequence[str], dense: np.ndarray, sparse: Mapping[str, SparseColumn],
+        labels: Mapping[str, np.ndarray],
+    ) -> Block:  # fmt: skip
+        """A block whose dense features come as one float32[n, len(dense_keys)] matrix, columns in key order."""
+        rows = dense.shape[0]
+        counts = {len(c) for c in [*sparse.values(), *labels.values()]}
+        if dense.shape != (rows, len(dense_keys)) or counts - {rows}:
+            raise ConfigError(f"block parts differ: dense {dense.shape} for keys {tuple(dense_keys)}, sparse and "
+                              f"label columns of {sorted(counts)} rows; every part must have the same rows")  # fmt: skip
         masks = [c.keep for c in sparse.values() if c.keep is not None]
         return cls(
-            Keys(tuple(dense), tuple(sparse), tuple(labels)),
-            _matrix(dense, rows),
+            Keys(tuple(dense_keys), tuple(sparse), tuple(labels)),
+            dense,
             tuple(Jagged.of(c) for c in sparse.values()),
             _matrix(labels, rows),
             np.logical_and.reduce(masks) if masks else None,
@@ -139,10 +176,10 @@ class Block:
         Every value is copied once, straight into its place in the batch (sparse keys key-major).
         """
         if self.keep is not None and not self.keep.all():
-            rows = np.flatnonzero(self.keep) if rows is None else rows[np.take(self.keep, rows)]
+            rows = np.flatnonzero(self.keep) if rows is None else rows[_gather(self.keep, rows)]
         dense, labels = self.dense, self.labels
         if rows is not None:
-            dense, labels = np.take(dense, rows, axis=0), np.take(labels, rows, axis=0)  # 4x faster than [rows]
+            dense, labels = _gather(dense, rows, axis=0), _gather(labels, rows, axis=0)  # 4x faster than [rows]
         selected = [j.select(rows) for j in self.sparse]
         sizes = np.cumsum([0] + [int(n.sum()) for _i, n in selected])
         values = np.empty(sizes[-1], np.int64)
@@ -170,7 +207,7 @@ def _put(source: np.ndarray, where: np.ndarray | slice, out: np.ndarray) -> None
     if isinstance(where, slice):
         out[...] = source[where]
     else:
-        np.take(source, where, out=out)
+        _gather(source, where, out=out)
 
 
 def make_batch(

@@ -8,8 +8,8 @@
 
 How rows are split is in ``ingest/plan.py``: every rank yields the same number of
 batches, every row is read once per epoch across ranks (``drop_last`` drops the
-remainder instead), memory holds one window of ``shuffle_buffer`` rows and two row groups per worker
-(the one being batched and the one a thread reads ahead).
+remainder instead), memory holds one window of ``shuffle_buffer`` rows and two chunks of
+``CHUNK_ROWS`` rows per worker (the one being converted and the one a thread reads ahead).
 """
 
 from __future__ import annotations
@@ -25,14 +25,30 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ingest.plan import Unit, rank_windows, resume_roles, window_permutation, worker_windows
-from ingest.read import IoCounter, read_row_groups, row_group_sizes
+from ingest.memory import tune_malloc
+from ingest.plan import Piece, Unit, rank_windows, resume_roles, window_permutation, worker_windows
+from ingest.read import IoCounter, read_chunks, row_group_sizes
 from ingest.snapshot import Snapshot
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, TableError
 from schemas.registry import DatasetRegistry
 
 
-READ_AHEAD = 1  # row groups read ahead of the one being converted
+CHUNK_ROWS = 16_384  # about how many rows of a row group are read and converted at a time
+READ_AHEAD = 3  # chunks read ahead of the one being converted
+
+
+def chunk_rows(unit: Unit) -> int:
+    """The rows of each chunk of a row group (the last may have fewer): equal chunks of at most CHUNK_ROWS, so
+    the first batch waits for one chunk rather than a whole row group, and no chunk is a small remainder."""
+    return -(-unit.rows // -(-unit.rows // CHUNK_ROWS)) if unit.rows else 1
+
+
+def _chunk_slices(piece: Piece) -> Iterator[tuple[int, int, int]]:
+    """(chunk, start, stop within the chunk) of the chunks of its row group that a piece's rows lie in."""
+    size = chunk_rows(piece.unit)
+    for chunk in range(piece.start // size, -(-piece.stop // size)):
+        base = chunk * size
+        yield chunk, max(piece.start, base) - base, min(piece.stop, base + size) - base
 
 
 class TableBlock:
@@ -107,35 +123,61 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         """Batches per epoch on this rank (the same on every rank)."""
         return sum(len(w.batch_sizes) for w in self.windows())
 
-    def _read(self, unit: Unit, counter: IoCounter) -> pa.Table:
+    def _tables(self, keys: Sequence[tuple[Unit, int]], counter: IoCounter) -> Iterator[pa.Table]:
+        """The chunks ``keys`` names, in order: advanced on the read-ahead thread, one chunk a call."""
+        for unit, group in itertools.groupby(keys, key=lambda key: key[0]):
+            wanted = [chunk for _unit, chunk in group]
+            file = self.snapshot.files[unit.file]
+            size = chunk_rows(unit)
+            chunks = read_chunks(file, self.snapshot, self.registry, self.columns, counter,
+                                 row_group=unit.row_group, chunk_rows=size)  # fmt: skip
+            for chunk, table in enumerate(chunks):  # a row group decodes from its start: earlier chunks pass by
+                expected = min(size, unit.rows - chunk * size)
+                if table.num_rows != expected:
+                    raise TableError(f"data file {file.uri} (ds={file.ds}) row group {unit.row_group} gave "
+                                     f"{table.num_rows} rows at chunk {chunk}, its footer says {expected}")  # fmt: skip
+                if chunk in wanted:
+                    yield table
+                if chunk == wanted[-1]:
+                    break
+            chunks.close()  # the file too
+
+    @staticmethod
+    def _next(tables: Iterator[pa.Table], counter: IoCounter) -> pa.Table:
         started = time.perf_counter()
-        file = self.snapshot.files[unit.file]
-        table = read_row_groups(file, self.snapshot, self.registry, self.columns, counter,
-                                row_groups=[unit.row_group])  # fmt: skip
+        table = next(tables, None)
         counter.add(read_s=time.perf_counter() - started)  # on the read-ahead thread: under the counter's lock
+        if table is None:
+            raise TableError("a data file has fewer rows than its footer says; was it rewritten in place?")
         return table
 
-    def _blocks(self, windows: Sequence, counter: IoCounter) -> Iterator[tuple[Unit, Any]]:
-        """The row groups the windows need, in order, each once: read by a thread one row group ahead (pyarrow
-        decodes without the GIL) and converted in this one, so reading overlaps transforms and batching."""
-        units = [unit for unit, _ in itertools.groupby(p.unit for w in windows for p in w.pieces)]
-        with ThreadPoolExecutor(1, thread_name_prefix="featurehouse-read") as pool:
-            pending: deque = deque()
-            for unit in units:
-                pending.append((unit, pool.submit(self._read, unit, counter)))
-                if len(pending) > READ_AHEAD:
+    def _blocks(self, windows: Sequence, counter: IoCounter) -> Iterator[tuple[tuple[Unit, int], Any]]:
+        """The chunks the windows need, in order, each once: read by a thread one chunk ahead (pyarrow decodes
+        without the GIL) and converted in this one, so reading overlaps transforms and batching."""
+        keys = [(piece.unit, chunk) for w in windows for piece in w.pieces for chunk, _lo, _hi in _chunk_slices(piece)]
+        keys = [key for key, _ in itertools.groupby(keys)]
+        tables = self._tables(keys, counter)
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="featurehouse-read") as pool:
+                pending: deque = deque()
+                for key in keys:
+                    pending.append((key, pool.submit(self._next, tables, counter)))
+                    if len(pending) > READ_AHEAD:
+                        yield self._converted(*pending.popleft(), counter)
+                while pending:
                     yield self._converted(*pending.popleft(), counter)
-            while pending:
-                yield self._converted(*pending.popleft(), counter)
+        finally:
+            tables.close()  # after the pool has stopped: no thread is inside it
 
-    def _converted(self, unit: Unit, table: Future, counter: IoCounter) -> tuple[Unit, Any]:
+    def _converted(self, key: tuple[Unit, int], table: Future, counter: IoCounter) -> tuple[tuple[Unit, int], Any]:
         rows = table.result()
         started = time.perf_counter()
         block = self.convert(rows)
         counter.convert_s += time.perf_counter() - started
-        return unit, block
+        return key, block
 
     def __iter__(self) -> Iterator[Any]:
+        tune_malloc()  # see ingest/memory.py: 1.13x faster end to end
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         windows = self.windows()
@@ -151,13 +193,14 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
             else:
                 todo.append(window)
         blocks = self._blocks(todo, counter)
-        unit = block = None
+        key = block = None
         for window in todo:
             parts = []
             for piece in window.pieces:
-                if piece.unit != unit:
-                    unit, block = next(blocks)
-                parts.append(block.slice(piece.start, piece.stop))
+                for chunk, start, stop in _chunk_slices(piece):
+                    if (piece.unit, chunk) != key:
+                        key, block = next(blocks)
+                    parts.append(block.slice(start, stop))
             yield from self._batches(window, parts, skip, counter)
             skip = 0
 

@@ -12,6 +12,7 @@ Tables are found where the embedded metastore keeps managed tables
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -21,9 +22,11 @@ from ingest.block import Block
 from ingest.loader import SnapshotDataset
 from ingest.snapshot import Snapshot, open_snapshot
 from ingest.spec import JobSpec
-from ingest.transforms import Transform, apply_dense, apply_sparse, needs_stats, parse_transforms, resolve_stats
+from ingest.transforms import (
+    SparseColumn, Transform, apply_dense_columns, apply_sparse, needs_stats, parse_transforms, resolve_stats,
+)
 from schemas.catalog import FEATURE_STATS, catalog_table_uri, managed_table_uri
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, TableError
 from schemas.names import format_ds
 from schemas.registry import DatasetRegistry, Kind
 
@@ -33,18 +36,48 @@ FEATURE_DATABASE = "featurehouse"
 @dataclass(frozen=True)
 class Converter:
     """Turns a row group of the spec's columns (pyarrow) into a :class:`Block` of transformed rows, which the
-    loader shuffles and cuts into batches (picklable for worker processes)."""
+    loader shuffles and cuts into batches (picklable for worker processes).
+
+    Dense features with the same transforms go through them together, as one matrix.
+    """
 
     dense: tuple[tuple[str, tuple[Transform, ...]], ...]
     sparse: tuple[tuple[str, tuple[Transform, ...]], ...]
     labels: tuple[tuple[str, str], ...]  # (label name, column)
 
+    @cached_property
+    def _dense_groups(self) -> tuple[tuple[tuple[Transform, ...], tuple[int, ...]], ...]:
+        """(transforms, the positions of the dense features that have them), in order of first appearance."""
+        groups: dict[tuple[Transform, ...], list[int]] = {}
+        for position, (_name, transforms) in enumerate(self.dense):
+            groups.setdefault(transforms, []).append(position)
+        return tuple((transforms, tuple(positions)) for transforms, positions in groups.items())
+
     def __call__(self, table: pa.Table) -> Block:
-        return Block.of(
-            {name: apply_dense(table.column(name), ts) for name, ts in self.dense},
-            {name: apply_sparse(table.column(name), ts) for name, ts in self.sparse},
+        dense = np.empty((table.num_rows, len(self.dense)), dtype=np.float32)
+        for transforms, positions in self._dense_groups:
+            names = [self.dense[p][0] for p in positions]
+            try:
+                values = apply_dense_columns([table.column(name) for name in names], transforms)
+            except (ConfigError, TableError) as err:
+                raise type(err)(f"dense feature(s) {', '.join(names)}: {err}") from err
+            if len(positions) == len(self.dense):
+                dense = values
+            else:
+                dense[:, positions] = values
+        return Block.of_matrix(
+            [name for name, _ts in self.dense],
+            dense,
+            {name: _sparse(table, name, ts) for name, ts in self.sparse},
             {name: table.column(column).to_numpy().astype(np.float32) for name, column in self.labels},
         )
+
+
+def _sparse(table: pa.Table, name: str, transforms: tuple[Transform, ...]) -> SparseColumn:
+    try:
+        return apply_sparse(table.column(name), transforms)
+    except (ConfigError, TableError) as err:
+        raise type(err)(f"sparse feature {name}: {err}") from err
 
 
 def pooled_stats(stats: pa.Table, feature: str) -> tuple[float, float] | None:

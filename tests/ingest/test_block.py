@@ -54,7 +54,7 @@ def assert_same(got, want: dict[str, np.ndarray]) -> None:
     assert (got.dense_keys, got.sparse_keys, got.label_keys) == (("a", "b"), ("topics", "regions"), ("click",))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", range(8))
 def test_a_shuffled_window_cut_from_two_blocks_gives_the_row_by_row_batches(seed):
     rng = np.random.default_rng(seed)
     first, second = random_columns(rng, 70), random_columns(rng, 50)

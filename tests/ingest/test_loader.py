@@ -6,11 +6,14 @@ import datetime as dt
 import itertools
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
 
-from ingest.loader import ResumableLoader, SnapshotDataset
+import ingest.loader
+from ingest.loader import ResumableLoader, SnapshotDataset, chunk_rows
 from ingest.plan import Unit, batches_per_rank, rank_windows
+from ingest.read import IoCounter, read_chunks, read_row_groups
 from ingest.snapshot import open_snapshot
 from schemas.errors import ConfigError
 from schemas.registry import parse_registry
@@ -93,6 +96,35 @@ def test_two_ranks_with_two_workers_read_every_row_once_in_equal_batch_counts(sn
     everything = Counter(per_rank[0] + per_rank[1])
     assert len(everything) == 3000 and set(everything.values()) == {1}
     assert per_rank[0][:10] != sorted(per_rank[0][:10])  # shuffled within windows
+
+
+def test_row_groups_split_into_equal_chunks_of_at_most_chunk_rows():
+    assert ingest.loader.CHUNK_ROWS == 16_384
+    assert [chunk_rows(Unit(0, 0, n)) for n in (0, 1, 16_384, 16_385, 50_000, 1_000_000)] == [
+        1, 1, 16_384, 8_193, 12_500, 16_130]
+
+
+@pytest.mark.spark
+def test_batches_are_the_same_whether_row_groups_are_read_whole_or_in_chunks(snapshot_and_registry, monkeypatch):
+    snapshot, registry = snapshot_and_registry
+    file = snapshot.files[0]
+    whole = read_row_groups(file, snapshot, registry, ["impression_id", "x"], IoCounter(), row_groups=[0])
+    chunks = list(read_chunks(file, snapshot, registry, ["impression_id", "x"], IoCounter(), row_group=0, chunk_rows=64))
+    assert [c.num_rows for c in chunks] == [64] * 7 + [52] and pa.concat_tables(chunks).equals(whole)
+
+    def batches(rank: int, skip: int = 0) -> list[list[str]]:
+        dataset = SnapshotDataset(snapshot, registry, ["impression_id"], batch_size=100, shuffle_buffer=300, seed=9,
+                                  rank=rank, world_size=2)  # fmt: skip
+        loader = ResumableLoader(dataset)  # in this process, so the patched CHUNK_ROWS applies
+        if skip:
+            loader.load_state_dict({"epoch": 0, "delivered": skip, "plan": loader._plan_key()})
+        return [ids(b) for b in loader]
+
+    read_whole = [batches(rank) for rank in range(2)]
+    monkeypatch.setattr(ingest.loader, "CHUNK_ROWS", 64)  # 500-row row groups: 8 chunks of 63 or 59 rows
+    assert chunk_rows(Unit(0, 0, 500)) == 63
+    assert [batches(rank) for rank in range(2)] == read_whole
+    assert batches(1, skip=4) == read_whole[1][4:]
 
 
 @pytest.mark.spark

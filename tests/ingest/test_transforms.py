@@ -18,6 +18,7 @@ from ingest.transforms import (
     Standardize,
     Truncate,
     apply_dense,
+    apply_dense_columns,
     apply_sparse,
     needs_stats,
     parse_transforms,
@@ -203,6 +204,31 @@ def test_resolve_stats_refuses_missing_or_degenerate_stats(stats):
         resolve_stats(transforms, stats, feature="f")
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [[{"clamp": [0, 100]}, "log1p"], [{"fill": 2.0}, {"clamp": [0, 1]}, "log1p", {"standardize": {"mean": 0.3, "stddev": 0.2}}],
+     [{"clamp": [-0.5, None]}, "log1p", {"fill": -1}]],
+)  # fmt: skip
+def test_dense_columns_sharing_transforms_equal_each_column_alone_and_the_row_reference(raw):
+    rng = np.random.default_rng(4)
+    values = rng.lognormal(0, 1, 3000) - 0.4
+    values[rng.random(3000) < 0.05] = math.nan  # NaN stored as a value, besides nulls
+    nulls = rng.random(3000) < 0.1
+    arrays = [pa.array(values.astype(np.float32), mask=nulls), pa.array(values[::-1].copy()),
+              pa.array(np.nan_to_num(values * 10).astype(np.int64), mask=nulls[::-1].copy()),
+              pa.chunked_array([pa.array(values[:1000]), pa.array(values[1000:], mask=nulls[1000:])])]  # fmt: skip
+    transforms = parse_transforms(feature("dense", default=9.0), raw, source=SOURCE)
+    together = apply_dense_columns(arrays, transforms)
+    assert together.dtype == np.float32 and together.shape == (3000, 4) and together.flags.c_contiguous
+    for i, array in enumerate(arrays):
+        alone = apply_dense(array, transforms)
+        assert np.array_equal(together[:, i], alone)
+        steps = [(type(t).name, (t.lo, t.hi) if isinstance(t, Clamp) else (t.mean, t.stddev) if isinstance(t, Standardize)
+                  else getattr(t, "value", None)) for t in transforms]  # fmt: skip
+        stored = [None if v is None else float(v) for v in array.to_pylist()]
+        np.testing.assert_allclose(alone, dense_reference(stored, steps, 9.0), rtol=1e-6)
+
+
 def test_dense_refuses_a_non_numeric_column():
     with pytest.raises(TableError, match=r"dense column has Arrow type string; a dense feature is float32 or float64"):
         apply_dense(pa.array(["a"]), (Fill(0.0),))
@@ -239,6 +265,16 @@ def test_hash_is_splitmix64_mod_n_in_range_and_deterministic():
     assert out[5] == out[6] and out.dtype == np.int64
     again = apply_sparse(pa.array([ids.tolist()], pa.list_(pa.int64())), (Hash(1000),)).values
     assert np.array_equal(out, again)
+
+
+def test_hash_over_many_cache_chunks_is_the_plain_splitmix64_remainder():
+    ids = np.random.default_rng(2).integers(-(2**63), 2**63 - 1, 100_003, dtype=np.int64, endpoint=True)
+    plain = splitmix64(ids)  # no buckets: the finalizer alone
+    for buckets in (1, 7, 1000, 2**40 + 15, 2**63 - 1):
+        hashed = splitmix64(ids, buckets)
+        assert np.array_equal(hashed, np.remainder(plain, np.uint64(buckets)))  # numpy's own remainder
+    for i in (0, 32_767, 32_768, 65_536, 100_002):  # around the chunk edges, against the reference
+        assert int(plain[i]) == ref_splitmix64(int(ids[i]) & MASK64)
 
 
 def test_hash_spreads_sequential_ids_over_every_bucket():
