@@ -118,7 +118,7 @@ def run_reader(path: Path, reg, dense: list[str], sparse: list[str], batch: int,
     """The reader as a trainer uses it: ResumableLoader over the snapshot, transforms, torch Batches."""
     started = time.perf_counter()  # every peer's time includes opening the snapshot (imports are warm)
     dataset = bench_dataset(path, reg, dense, sparse, batch, buckets=1_000_000)
-    loader = ResumableLoader(dataset, num_workers=workers)  # workers are forked: nothing to re-import
+    loader = ResumableLoader(dataset, num_workers=workers, epochs=1)  # workers are forked: nothing to re-import
     rows = sum(len(b) for b in loader)
     seconds = time.perf_counter() - started
     c: IoCounter = loader.counter

@@ -2,21 +2,32 @@
 workers, against the same steps on batches already in memory (the unstalled ceiling), in one run.
 
     .venv/bin/python bench/trainer_stall.py                        # CPU here; CUDA when present
+    .venv/bin/python bench/trainer_stall.py --job jobs/ctr_demo.yaml --home data   # the demo's job
     bench/gpu_check.sh                                             # the GPU host's check (CUDA required)
 
-It uses bench/reader.py's table (built once under --out): 100 dense and 20 sparse features; the
-job reads 10 dense (clamp, log1p) and 2 sparse (hash, truncate) features. Every configuration
-trains the same fixed number of steps from the same initial weights and prints samples/s, the
-stall fraction (time waiting for the next batch / time waiting plus computing) and its ratio to
-the ceiling.
+By default it uses bench/reader.py's table (built once under --out): 100 dense and 20 sparse
+features; the job reads 10 dense (clamp, log1p) and 2 sparse (hash, truncate) features. With
+``--job`` it trains that job's model, with its optimizer, on its own partitions of the warehouse
+under ``--home`` (``make demo`` builds the demo's). Every configuration trains the same fixed
+number of steps from the same initial weights and prints samples/s, the stall fraction (time
+waiting for the next batch / time waiting plus computing) and its ratio to the ceiling. With 0
+workers the in-process reader makes batches in a thread, 2 ahead (``ResumableLoader``'s prefetch);
+"0 workers, no prefetch" makes each in the trainer's thread when asked, as before that existed.
+Every run uses the same number of torch compute threads: by default what ``featurehouse train``
+picks on the CPU with the reader in process (one fewer than torch's default, leaving a core to the
+reader's threads); ``--compute-threads N`` to compare.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -27,18 +38,57 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from reader import bench_dataset, build_table, job_columns, registry  # noqa: E402
 
-from ingest.loader import ResumableLoader, SnapshotDataset  # noqa: E402
-from trainer.model import DLRM, ModelShape  # noqa: E402
-from trainer.train import pick_device, train_step  # noqa: E402
+from ingest.loader import PREFETCH, ResumableLoader, SnapshotDataset  # noqa: E402
+from ingest.reader import open_reader  # noqa: E402
+from ingest.spec import load_spec  # noqa: E402
+from trainer.model import DLRM, ModelShape, model_shape  # noqa: E402
+from trainer.train import SPARSE_OPTIMIZERS, compute_threads, job_optimizer, pick_device, train_step  # noqa: E402
 
 BUCKETS = 100_000
 
 
-def train(batches, shape: ModelShape, device: torch.device, steps: int) -> dict:
+@dataclass(frozen=True)
+class Setup:
+    """What is trained and on what: the model's shape, its optimizer, the reader's dataset."""
+
+    shape: ModelShape
+    optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer]
+    data: SnapshotDataset
+    describe: str
+
+
+def bench_table_setup(ns: argparse.Namespace) -> Setup:
+    reg = registry(100, 20)
+    dense, sparse = job_columns(reg, 0.1)
+    path = ns.out / f"bench_{ns.rows}_100_20_10_{ns.codec}"
+    build_table(path, rows=ns.rows, dense=100, sparse=20, mean_length=10, codec=ns.codec)
+    shape = ModelShape(tuple(dense), tuple(sparse), (BUCKETS,) * len(sparse), ("click",), ns.embedding_dim,
+                       (512, 256), (512, 256))  # fmt: skip
+    return Setup(shape, lambda model: torch.optim.Adagrad(model.parameters(), lr=0.01),
+                 bench_dataset(path, reg, dense, sparse, ns.batch_size, buckets=BUCKETS),
+                 f"DLRM dim {ns.embedding_dim}, {len(dense)} dense + {len(sparse)} sparse features of a "
+                 f"{ns.rows:,}-row table ({ns.codec}), batch {ns.batch_size}")  # fmt: skip
+
+
+def job_setup(ns: argparse.Namespace) -> Setup:
+    """The job's model and optimizer as `featurehouse train` builds them (one rank), on its partitions."""
+    spec, reg = load_spec(ns.job)
+    if spec.train is None:
+        raise SystemExit(f"{ns.job} has no train: section; bench/trainer_stall.py --job needs a training job")
+    sparse = spec.train.optimizer in SPARSE_OPTIMIZERS
+    shape = dataclasses.replace(model_shape(spec, reg), sparse_gradients=sparse)
+    reader = open_reader(spec, reg, warehouse=str(ns.home / "warehouse"))
+    return Setup(shape, partial(job_optimizer, spec), reader.dataset,
+                 f"job {spec.job_id} ({ns.job}): DLRM dim {shape.embedding_dim}, {len(shape.dense_keys)} dense + "
+                 f"{len(shape.sparse_keys)} sparse features, {spec.train.optimizer}, batch {spec.batch_size}, "
+                 f"{len(reader.dataset)} batches an epoch")  # fmt: skip
+
+
+def train(batches, setup: Setup, device: torch.device, steps: int) -> dict:
     """``steps`` steps on ``batches`` (an endless iterator), timing waiting vs computing."""
     torch.manual_seed(0)
-    model = DLRM(shape).to(device)
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.01)
+    model = DLRM(setup.shape).to(device)
+    optimizer = setup.optimizer(model)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     wait = compute = 0.0
     samples = 0
@@ -53,14 +103,17 @@ def train(batches, shape: ModelShape, device: torch.device, steps: int) -> dict:
             "compute": compute}  # fmt: skip
 
 
-def from_reader(data: SnapshotDataset, workers: int, pin: bool):
-    loader = ResumableLoader(data, num_workers=workers, pin_memory=pin, **({"prefetch_factor": 4} if workers else {}))
+def from_reader(data: SnapshotDataset, workers: int, pin: bool, prefetch: int = PREFETCH):
+    args = {"prefetch_factor": 4} if workers else {"prefetch": prefetch}
+    loader = ResumableLoader(data, num_workers=workers, pin_memory=pin, **args)
     while True:
         yield from loader
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--job", type=Path, default=None, help="train this job spec's model on its data")
+    parser.add_argument("--home", type=Path, default=Path("data"), help="with --job: the featurehouse home")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=8192)
@@ -68,28 +121,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--embedding-dim", type=int, default=64)
     parser.add_argument("--codec", default="snappy")
+    parser.add_argument("--compute-threads", type=int, default=None,
+                        help="torch's intra-op threads for every run (default: as featurehouse train chooses on the "
+                             "CPU with the reader in process: one fewer than torch's default)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/featurehouse-bench"))
     ns = parser.parse_args(argv)
     device = pick_device(ns.device)
-    reg = registry(100, 20)
-    dense, sparse = job_columns(reg, 0.1)
-    path = ns.out / f"bench_{ns.rows}_100_20_10_{ns.codec}"
-    build_table(path, rows=ns.rows, dense=100, sparse=20, mean_length=10, codec=ns.codec)
-    shape = ModelShape(tuple(dense), tuple(sparse), (BUCKETS,) * len(sparse), ("click",), ns.embedding_dim,
-                       (512, 256), (512, 256))  # fmt: skip
-    data = bench_dataset(path, reg, dense, sparse, ns.batch_size, buckets=BUCKETS)
+    threads = ns.compute_threads or compute_threads(device, 0)
+    if threads:
+        torch.set_num_threads(threads)
+    setup = job_setup(ns) if ns.job else bench_table_setup(ns)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"{ns.steps} steps of batch {ns.batch_size} on {device} ({name}), DLRM dim {ns.embedding_dim}, "
-          f"{len(dense)} dense + {len(sparse)} sparse features of a {ns.rows:,}-row table ({ns.codec})")  # fmt: skip
+    print(f"{ns.steps} steps on {device} ({name}, {torch.get_num_threads()} compute threads), {setup.describe}")
     pin = device.type == "cuda"
-    memory = [b.to(device) for b in itertools.islice(from_reader(data, 0, pin), 16)]
-    train(itertools.cycle(memory), shape, device, 3)  # warm-up (allocator, kernels), not counted
-    ceiling = train(itertools.cycle(memory), shape, device, ns.steps)
-    runs = {f"reader, {w} workers": train(from_reader(data, int(w), pin), shape, device, ns.steps)
-            for w in ns.workers.split(",")}  # fmt: skip
+    memory = [b.to(device) for b in itertools.islice(from_reader(setup.data, 0, pin), 16)]
+    train(itertools.cycle(memory), setup, device, 3)  # warm-up (allocator, kernels), not counted
+    ceiling = train(itertools.cycle(memory), setup, device, ns.steps)
+    runs = {"reader, 0 workers, no prefetch": train(from_reader(setup.data, 0, pin, prefetch=0), setup, device,
+                                                    ns.steps)}  # fmt: skip
+    runs |= {f"reader, {w} workers": train(from_reader(setup.data, int(w), pin), setup, device, ns.steps)
+             for w in ns.workers.split(",")}  # fmt: skip
     runs["in-memory batches (ceiling)"] = ceiling
     for label, r in runs.items():
-        print(f"  {label:<30} {r['samples_per_s']:>11,.0f} samples/s  stall {r['stall']:6.1%}  "
+        print(f"  {label:<32} {r['samples_per_s']:>11,.0f} samples/s  stall {r['stall']:6.1%}  "
               f"({r['samples_per_s'] / ceiling['samples_per_s']:.2f}x the ceiling; waited {r['wait']:.2f}s, "
               f"computed {r['compute']:.2f}s)")  # fmt: skip
     return 0

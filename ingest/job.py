@@ -59,7 +59,7 @@ def run(config: ReadConfig, *, out=print) -> UsageRecord:
     out(f"read {spec.job_id}: {spec.dataset} version {reader.snapshot.version}, ds {format_ds(spec.days[0])} .. "
         f"{format_ds(spec.days[-1])}, {len(reader.snapshot.files)} files, {len(spec.features)} of "
         f"{len(registry.stored_features)} features, {len(dataset):,} batches of {spec.batch_size}")  # fmt: skip
-    loader = ResumableLoader(dataset, num_workers=config.workers)
+    loader = ResumableLoader(dataset, num_workers=config.workers, epochs=1)
     limit = len(dataset) if config.limit is None else min(config.limit, len(dataset))
     for i, batch in enumerate(itertools.islice(loader, limit)):
         if i < 3:

@@ -8,17 +8,22 @@
 
 How rows are split is in ``ingest/plan.py``: every rank yields the same number of
 batches, every row is read once per epoch across ranks (``drop_last`` drops the
-remainder instead), memory holds one window of ``shuffle_buffer`` rows and two chunks of
-``CHUNK_ROWS`` rows per worker (the one being converted and the one a thread reads ahead).
+remainder instead), memory holds one window of ``shuffle_buffer`` rows and ``1 + READ_AHEAD`` chunks
+of at most ``CHUNK_ROWS`` rows per worker (the one being converted and those a thread reads ahead), and
+``PREFETCH`` batches made ahead when there are no worker processes.
 """
 
 from __future__ import annotations
 
 import itertools
+import queue
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -35,6 +40,7 @@ from schemas.registry import DatasetRegistry
 
 CHUNK_ROWS = 16_384  # about how many rows of a row group are read and converted at a time
 READ_AHEAD = 3  # chunks read ahead of the one being converted
+PREFETCH = 2  # batches made ahead of the caller by a thread, when there are no worker processes
 
 
 def chunk_rows(unit: Unit) -> int:
@@ -113,10 +119,12 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         self.start_batch = 0  # batches of this epoch already delivered (set by ResumableLoader on resume)
         self.with_costs = False  # yield (batch, IoCounter of what it cost) pairs (set by ResumableLoader)
 
-    def windows(self) -> list:
+    def windows(self, epoch: int | None = None) -> list:
+        """This rank's windows of ``epoch`` (default: the current one)."""
         return rank_windows(
             self.units, rank=self.rank, world_size=self.world_size, batch_size=self.batch_size,
-            shuffle_buffer=self.shuffle_buffer, drop_last=self.drop_last, seed=self.seed, epoch=self.epoch,
+            shuffle_buffer=self.shuffle_buffer, drop_last=self.drop_last, seed=self.seed,
+            epoch=self.epoch if epoch is None else epoch,
         )  # fmt: skip
 
     def __len__(self) -> int:
@@ -177,11 +185,15 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         return key, block
 
     def __iter__(self) -> Iterator[Any]:
+        return self.batches(self.epoch, self.start_batch)
+
+    def batches(self, epoch: int, start_batch: int) -> Iterator[Any]:
+        """The batches of ``epoch`` after the first ``start_batch`` (this worker's share when in a worker)."""
         tune_malloc()  # see ingest/memory.py: 1.13x faster end to end
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        windows = self.windows()
-        role = resume_roles(windows, num_workers=workers, delivered=self.start_batch).get(worker)
+        windows = self.windows(epoch)
+        role = resume_roles(windows, num_workers=workers, delivered=start_batch).get(worker)
         if role is None:  # nothing left for this worker in this epoch
             return
         original, skip = role
@@ -201,16 +213,16 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
                     if (piece.unit, chunk) != key:
                         key, block = next(blocks)
                     parts.append(block.slice(start, stop))
-            yield from self._batches(window, parts, skip, counter)
+            yield from self._batches(window, parts, skip, counter, epoch)
             skip = 0
 
-    def _batches(self, window, parts: list, skip: int, counter: IoCounter) -> Iterator[Any]:
+    def _batches(self, window, parts: list, skip: int, counter: IoCounter, epoch: int) -> Iterator[Any]:
         """The window's batches (after the first ``skip``): its rows shuffled together, gathered batch by batch."""
         started = time.perf_counter()
         rows = type(parts[0]).concat(parts)
         order = None
         if self.shuffle_buffer > 0:
-            order = window_permutation(len(rows), seed=self.seed, epoch=self.epoch, rank=self.rank,
+            order = window_permutation(len(rows), seed=self.seed, epoch=epoch, rank=self.rank,
                                        window=window.index, shuffle=True)  # fmt: skip
         counter.shuffle_s += time.perf_counter() - started
         counter.bytes_all_columns += sum(
@@ -231,25 +243,132 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
             offset += size
 
 
+class _OneEpoch(torch.utils.data.IterableDataset):
+    """An epoch of a dataset from a given batch, for a DataLoader in the batching thread."""
+
+    def __init__(self, dataset: SnapshotDataset, epoch: int, start_batch: int) -> None:
+        super().__init__()
+        self.dataset, self.epoch, self.start_batch = dataset, epoch, start_batch
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.dataset.batches(self.epoch, self.start_batch)
+
+
+def _epoch_items(dataset: SnapshotDataset, loader_args: dict[str, Any], epoch: int, start: int) -> Iterator[Any]:
+    return iter(torch.utils.data.DataLoader(_OneEpoch(dataset, epoch, start), batch_size=None, num_workers=0,
+                                            **loader_args))  # fmt: skip
+
+
+class _Producer:
+    """A thread making a loader's items from ``(epoch, start)`` on, at most ``depth`` ahead of the caller, and on
+    into the following epochs (below ``until``), so a new epoch's first batch is ready when it is asked for.
+
+    ``position`` is the (epoch, batch) of the next item the caller gets; its errors are raised in the caller.
+    """
+
+    def __init__(self, items: Callable[[int, int], Iterator[Any]], *, epoch: int, start: int, depth: int,
+                 until: int | None) -> None:  # fmt: skip
+        self.position, self.until = (epoch, start), until
+        self._made: queue.Queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(items, epoch, start), name="featurehouse-batches",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
+
+    def usable_at(self, position: tuple[int, int]) -> bool:
+        return self.position == position and (self.until is None or position[0] < self.until)
+
+    def _put(self, entry: tuple[str, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._made.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, items: Callable[[int, int], Iterator[Any]], epoch: int, start: int) -> None:
+        try:
+            while self.until is None or epoch < self.until:
+                for item in items(epoch, start):
+                    if not self._put(("item", item)):
+                        return
+                if not self._put(("end", None)):
+                    return
+                epoch, start = epoch + 1, 0
+        except BaseException as err:  # noqa: BLE001  # handed to the caller, raised there
+            self._put(("error", err))
+
+    def epoch(self) -> Iterator[Any]:
+        """The current epoch's items from ``position`` on."""
+        while True:
+            kind, value = self._made.get()
+            if kind == "error":
+                self.position = (-1, -1)  # never used again
+                raise value
+            epoch, batch = self.position
+            self.position = (epoch + 1, 0) if kind == "end" else (epoch, batch + 1)
+            if kind == "end":
+                return
+            yield value
+
+    def stop(self) -> None:
+        """Stop after the item being made (the thread may be in the middle of one)."""
+        self._stop.set()
+        self._thread.join()
+
+
 class ResumableLoader:
     """A DataLoader over a :class:`SnapshotDataset` that knows how far an epoch got and can resume there.
 
-    ``counter`` adds up what every batch cost in whichever process made it (workers send
-    their counts with each batch), the footers read to plan the epoch, and ``wait_s``: the
-    time this process waited for batches.
+    Without worker processes, a thread of this process makes the batches, up to ``prefetch``
+    ahead of the caller, so a training step overlaps the next batch's transforms and gathering
+    as worker processes would, and it goes on into the next epoch (up to ``epochs``, when given)
+    so that epoch's first window is read while the last batches of this one train. ``prefetch=0``:
+    the caller's thread makes each batch when asked.
+
+    ``counter`` adds up what every delivered batch cost in whichever process made it (workers
+    send their counts with each batch), the footers read to plan the epoch, and ``wait_s``: the
+    time the caller waited for batches. ``close()`` stops the batching thread (so does dropping
+    the loader).
     """
 
-    def __init__(self, dataset: SnapshotDataset, *, num_workers: int = 0, **loader_args: Any) -> None:
+    def __init__(self, dataset: SnapshotDataset, *, num_workers: int = 0, prefetch: int = PREFETCH,
+                 epochs: int | None = None, **loader_args: Any) -> None:  # fmt: skip
+        if prefetch < 0:
+            raise ConfigError(f"prefetch {prefetch} must be >= 0 (batches made ahead; 0 makes them when asked)")
         self.dataset, self.num_workers, self.loader_args = dataset, num_workers, loader_args
+        self.prefetch = prefetch if num_workers == 0 else 0  # worker processes make batches ahead already
+        self.epochs = epochs
         self.delivered = 0
         self.counter = IoCounter(bytes_read=dataset.footer_bytes)  # the footers read to plan count too
+        self._producer: _Producer | None = None
+        self._stop_producer = weakref.finalize(self, lambda: None)
         dataset.with_costs = True
 
+    def _made_ahead(self) -> Iterator[Any]:
+        position = (self.dataset.epoch, self.delivered)
+        if self._producer is None or not self._producer.usable_at(position):
+            self.close()
+            until = self.epochs if self.epochs is not None and position[0] < self.epochs else None
+            items = partial(_epoch_items, self.dataset, self.loader_args)  # not self: the thread must not keep it
+            self._producer = _Producer(items, epoch=position[0], start=position[1], depth=self.prefetch, until=until)
+            self._stop_producer = weakref.finalize(self, self._producer.stop)
+        return self._producer.epoch()
+
+    def close(self) -> None:
+        """Stop the batching thread, if one runs."""
+        self._stop_producer()
+        self._producer = None
+
     def __iter__(self) -> Iterator[Any]:
-        self.dataset.start_batch = self.delivered
-        loader = iter(torch.utils.data.DataLoader(
-            self.dataset, batch_size=None, num_workers=self.num_workers, **self.loader_args
-        ))  # fmt: skip
+        if self.prefetch:
+            loader = self._made_ahead()
+        else:
+            self.dataset.start_batch = self.delivered
+            loader = iter(torch.utils.data.DataLoader(
+                self.dataset, batch_size=None, num_workers=self.num_workers, **self.loader_args
+            ))  # fmt: skip
         while True:
             started = time.perf_counter()
             try:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import itertools
+import threading
+import time
 from collections import Counter
 
 import pyarrow as pa
@@ -185,8 +188,49 @@ def test_what_workers_read_is_added_up_in_the_loader(snapshot_and_registry):
     assert workers.counter.bytes_read == in_process.counter.bytes_read
 
 
+def batching_threads() -> int:
+    return sum(thread.name == "featurehouse-batches" for thread in threading.enumerate())
+
+
 @pytest.mark.spark
-def test_a_corrupt_page_read_ahead_by_the_thread_fails_naming_the_file(snapshot_and_registry, tmp_path):
+def test_the_batching_thread_runs_on_into_the_next_epoch_and_stops_with_its_loader(snapshot_and_registry):
+    snapshot, registry = snapshot_and_registry
+
+    def loader(**args) -> ResumableLoader:
+        dataset = SnapshotDataset(snapshot, registry, ["impression_id"], batch_size=100, shuffle_buffer=300, seed=9)
+        return ResumableLoader(dataset, **args)
+
+    asked = loader(prefetch=0)  # each batch made in this thread when asked
+    want = [[ids(b) for b in asked] for _epoch in range(3)]
+    assert want[0] != want[1] and sorted(sum(want[0], [])) == sorted(sum(want[1], []))  # each epoch its own order
+    before = batching_threads()
+    ahead = loader()
+    assert [[ids(b) for b in ahead] for _epoch in range(3)] == want
+    assert batching_threads() == before + 1  # now making epoch 3's first batches
+
+    stopped = loader()
+    head = [ids(b) for b in itertools.islice(iter(stopped), 7)]
+    state = stopped.state_dict()
+    assert head + [ids(b) for b in stopped] == want[0]  # the same thread goes on from batch 7
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert [ids(b) for b in resumed] == want[0][7:]
+    ahead.close()
+    del stopped, resumed  # dropping a loader stops its thread
+    gc.collect()
+    assert batching_threads() == before
+
+    once = loader(epochs=1)  # told how many epochs: no thread runs on past the last
+    assert [ids(b) for b in once] == want[0]
+    deadline = time.monotonic() + 5
+    while batching_threads() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert batching_threads() == before
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("through", ["dataset", "loader"])
+def test_a_corrupt_page_read_ahead_by_the_thread_fails_naming_the_file(snapshot_and_registry, tmp_path, through):
     from dataclasses import replace
 
     from schemas.errors import TableError
@@ -200,4 +244,4 @@ def test_a_corrupt_page_read_ahead_by_the_thread_fails_naming_the_file(snapshot_
     files = (snapshot.files[0], replace(original, uri=str(broken)), *snapshot.files[2:])
     dataset = SnapshotDataset(replace(snapshot, files=files), registry, ["impression_id", "x"], batch_size=100)
     with pytest.raises(TableError, match=r"data file .*broken\.parquet \(ds=2026-11-01\) is corrupt or truncated"):
-        list(dataset)
+        list(dataset if through == "dataset" else ResumableLoader(dataset))  # raised in the batching thread
