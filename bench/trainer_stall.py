@@ -13,9 +13,8 @@ number of steps from the same initial weights and prints samples/s, the stall fr
 waiting for the next batch / time waiting plus computing) and its ratio to the ceiling. With 0
 workers the in-process reader makes batches in a thread, 2 ahead (``ResumableLoader``'s prefetch);
 "0 workers, no prefetch" makes each in the trainer's thread when asked, as before that existed.
-Every run uses the same number of torch compute threads: by default what ``featurehouse train``
-picks on the CPU with the reader in process (one fewer than torch's default, leaving a core to the
-reader's threads); ``--compute-threads N`` to compare.
+Every run uses the same number of torch compute threads: torch's default, as ``featurehouse
+train`` does, or ``--compute-threads N``.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from ingest.loader import PREFETCH, ResumableLoader, SnapshotDataset  # noqa: E4
 from ingest.reader import open_reader  # noqa: E402
 from ingest.spec import load_spec  # noqa: E402
 from trainer.model import DLRM, ModelShape, model_shape  # noqa: E402
-from trainer.train import SPARSE_OPTIMIZERS, compute_threads, job_optimizer, pick_device, train_step  # noqa: E402
+from trainer.train import SPARSE_OPTIMIZERS, job_optimizer, pick_device, train_step  # noqa: E402
 
 BUCKETS = 100_000
 
@@ -122,14 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedding-dim", type=int, default=64)
     parser.add_argument("--codec", default="snappy")
     parser.add_argument("--compute-threads", type=int, default=None,
-                        help="torch's intra-op threads for every run (default: as featurehouse train chooses on the "
-                             "CPU with the reader in process: one fewer than torch's default)")
+                        help="torch's intra-op threads for every run (default: torch's, as featurehouse train uses)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/featurehouse-bench"))
     ns = parser.parse_args(argv)
     device = pick_device(ns.device)
-    threads = ns.compute_threads or compute_threads(device, 0)
-    if threads:
-        torch.set_num_threads(threads)
+    if ns.compute_threads:
+        torch.set_num_threads(ns.compute_threads)
     setup = job_setup(ns) if ns.job else bench_table_setup(ns)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"{ns.steps} steps on {device} ({name}, {torch.get_num_threads()} compute threads), {setup.describe}")

@@ -206,7 +206,9 @@ class Truncate:
             return col  # nothing to cut
         starts = np.cumsum(col.lengths, dtype=np.int64) - col.lengths
         position = np.arange(len(col.values), dtype=np.int64) - np.repeat(starts, col.lengths)
-        return col._keep_values(position < self.k)
+        kept = position < self.k
+        weights = None if col.weights is None else col.weights[kept]
+        return SparseColumn(col.values[kept], np.minimum(col.lengths, self.k), weights, col.keep)
 
 
 @dataclass(frozen=True)
@@ -465,10 +467,15 @@ def _numpy(array: pa.Array, type_: pa.DataType, null: float) -> np.ndarray:
 
 
 def apply_sparse(array: pa.Array | pa.ChunkedArray, transforms: Sequence[Transform]) -> SparseColumn:
-    """A sparse or weighted sparse column through its transforms (see the module docstring)."""
-    column = _to_column(array)
+    """A sparse or weighted sparse column through its transforms (see the module docstring).
+
+    ``truncate`` runs first wherever it is listed: ``hash`` maps each id alone and ``drop_empty``
+    sees no list emptied by a cut of k >= 1, so the result is the same, and the cut ids are not hashed.
+    """
     for transform in transforms:
         if not isinstance(transform, SPARSE_TRANSFORMS):
             raise ConfigError(f"{transform!r} is not a sparse transform; sparse ones are {_SPARSE_HELP}")
+    column = _to_column(array)
+    for transform in sorted(transforms, key=lambda t: not isinstance(t, Truncate)):  # stable: the rest keep order
         column = transform(column)
     return column

@@ -137,19 +137,6 @@ def pick_device(choice: Device) -> torch.device:
     return torch.device("cpu")
 
 
-_TORCH_THREADS = torch.get_num_threads()  # torch's default, before any run changes it
-
-
-def compute_threads(device: torch.device, workers: int) -> int | None:
-    """The model's intra-op threads on the CPU when the reader runs in this process (no worker processes): one
-    fewer than torch's default, so the reader's read-ahead and batching threads have a core and their work
-    overlaps the steps (bench/trainer_stall.py). None leaves torch's choice: on CUDA, with worker processes, or
-    where OMP_NUM_THREADS says (torchrun sets it to 1 for several ranks)."""
-    if device.type != "cpu" or workers > 0 or "OMP_NUM_THREADS" in os.environ:
-        return None
-    return max(1, _TORCH_THREADS - 1)
-
-
 #: Optimizers whose step on a sparse gradient equals their step on the same gradient made dense (rows a batch
 #: did not touch have a zero gradient, and neither changes them); Adam's moments would move them.
 SPARSE_OPTIMIZERS = ("sgd", "adagrad")
@@ -220,9 +207,6 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
                           "epochs: 3}} to train this job")  # fmt: skip
     shape = model_shape(spec, registry)
     device = pick_device(config.device)
-    threads = compute_threads(device, config.workers)
-    if threads is not None:
-        torch.set_num_threads(threads)
     warehouse = str(config.home / "warehouse")
     run_dir = config.out or config.home / "runs" / spec.job_id
     with distributed(device) as ranks:
@@ -254,8 +238,7 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
         trained = torch.nn.parallel.DistributedDataParallel(model) if ranks.world_size > 1 else model
         say(f"train {spec.job_id}: {len(spec.days)} ds {format_ds(spec.days[0])} .. {format_ds(spec.days[-1])}, "
             f"{len(shape.dense_keys)} dense + {len(shape.sparse_keys)} sparse features, {len(reader.dataset)} "
-            f"batches of {spec.batch_size} per epoch per rank, {ranks.world_size} rank(s) on {device}"
-            + (f" ({threads} compute thread(s), a core left to the reader's threads)" if threads else ""))  # fmt: skip
+            f"batches of {spec.batch_size} per epoch per rank, {ranks.world_size} rank(s) on {device}")  # fmt: skip
 
         def save() -> None:
             save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
