@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 
-from ingest.loader import ResumableLoader
+from ingest.loader import PREFETCH, ResumableLoader
 from ingest.read import IoCounter
 from ingest.reader import open_reader
 from ingest.spec import JobSpec, load_spec
@@ -53,6 +53,7 @@ class TrainConfig:
     registry_dir: Path | None = None
     out: Path | None = None  # default: <home>/runs/<job_id>
     workers: int = 0
+    prefetch: int = PREFETCH  # batches a thread makes ahead when workers is 0 (0: in the training thread)
     device: Device = "auto"
     restart: bool = False
     max_steps: int | None = None  # stop after this many steps (a checkpoint is written first), as a kill would
@@ -61,6 +62,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.workers < 0:
             raise ConfigError(f"--workers {self.workers} must be 0 (read in this process) or more")
+        if self.prefetch < 0:
+            raise ConfigError(f"--prefetch {self.prefetch} must be 0 (make batches in the training thread) or more")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError(f"--max-steps {self.max_steps} must be a positive number of steps")
 
@@ -220,8 +223,8 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
         model = DLRM(dataclasses.replace(shape, sparse_gradients=sparse)).to(device)
         optimizer = job_optimizer(spec, model)
         reader = open_reader(spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
-        loader = ResumableLoader(reader.dataset, num_workers=config.workers, epochs=spec.train.epochs,
-                                  pin_memory=device.type == "cuda")
+        loader = ResumableLoader(reader.dataset, num_workers=config.workers, prefetch=config.prefetch,
+                                 epochs=spec.train.epochs, pin_memory=device.type == "cuda")
         clock, history = StepClock(), []
         run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = _checkpoint_path(run_dir, ranks)
@@ -346,6 +349,9 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     parser.add_argument("--registry-dir", type=Path, default=None, help="folder of registry files")
     parser.add_argument("--out", type=Path, default=None, help="checkpoints and metrics.json (default: HOME/runs/JOB)")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank (default 0)")
+    parser.add_argument("--prefetch", type=int, default=PREFETCH,
+                        help="with --workers 0: batches a thread makes ahead of the steps, into the next epoch too "
+                             "(default %(default)s); 0 makes each in the training thread when it is needed")  # fmt: skip
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="auto: CUDA when present, else the CPU")  # fmt: skip
     parser.add_argument("--restart", action="store_true", help="ignore an existing checkpoint and start over")
@@ -354,8 +360,8 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     parser.add_argument("--no-record", action="store_true", help="do not record the run in feature_usage")
     ns = parser.parse_args(argv)
     return TrainConfig(job=ns.job, home=(ns.home or default_home()).resolve(), registry_dir=ns.registry_dir,
-                       out=ns.out, workers=ns.workers, device=ns.device, restart=ns.restart, max_steps=ns.max_steps,
-                       record=not ns.no_record)  # fmt: skip
+                       out=ns.out, workers=ns.workers, prefetch=ns.prefetch, device=ns.device, restart=ns.restart,
+                       max_steps=ns.max_steps, record=not ns.no_record)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,8 @@ import torch
 import yaml
 
 from trainer.metrics import auc
-from trainer.train import TrainConfig, run
+from schemas.errors import ConfigError
+from trainer.train import TrainConfig, parse_args, run
 
 DAYS = ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]  # train on the first three, evaluate on the last
 ROWS_PER_DAY = 6000
@@ -187,3 +188,13 @@ def test_training_on_cuda_moves_each_batch_once_and_learns(home):
     result = run(config(home, "cuda", record=False, device="cuda", workers=2), out=lambda _line: None)
     assert result.metrics["click"].auc > 0.7
     assert all(t.device.type == "cuda" for t in final_weights(home, "cuda").values())
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--workers", "-1"], r"--workers -1 must be 0 \(read in this process\) or more"),
+    (["--prefetch", "-1"], r"--prefetch -1 must be 0 \(make batches in the training thread\) or more"),
+    (["--max-steps", "0"], r"--max-steps 0 must be a positive number of steps"),
+])  # fmt: skip
+def test_bad_command_line_numbers_are_refused_naming_the_flag(args, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_args(["--job", "jobs/ctr_demo.yaml", *args])
