@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
 
 from schemas.errors import ConfigError, TableError
 from schemas.registry import Feature, Kind
@@ -123,7 +124,9 @@ class Log1p:
                 f"log1p got {int(bad.sum())} values <= -1 (smallest {np.nanmin(x)}); it needs values > -1: "
                 "put {clamp: [0, hi]} (or any lo > -1) before log1p in the feature's transforms"
             )
-        return np.log1p(x, out=x)  # vectorized (and fast) where x holds no NaN, as apply_dense makes sure
+        # torch's log1p is vectorized with AVX2 (Sleef); numpy's only with AVX-512, and 6x slower without it
+        torch.from_numpy(x).log1p_()  # in place; x holds no NaN, as apply_dense makes sure
+        return x
 
 
 @dataclass(frozen=True)
