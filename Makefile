@@ -1,6 +1,6 @@
 # featurehouse: the two commands of the README, and what they need.
 #   make demo   install if needed, then run the main job end to end
-#   make test   install if needed (Airflow included: its DAG tests always run), then run the whole test suite
+#   make test   install if needed (Airflow and Ray included: their tests always run), then run the whole test suite
 # Installs are stamped, so later runs neither download nor reinstall anything.
 
 PYTHON ?= python3
@@ -24,7 +24,7 @@ jars: $(JARS) $(KAFKA)
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[dev,airflow]'
+	$(VENV)/bin/python -m pip install --quiet -e '.[dev,airflow,dpp]'
 	touch $@
 
 # Delta's and Spark's Kafka connector's JVM packages from Maven Central (jvm/pom.xml), resolved once into .jvm/jars.

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "retention": ("etl.retention", "drop partitions older than each dataset's retention, then vacuum (dry run unless --apply)"),
     "catalog": ("etl.catalog", "sync: registry -> feature catalog; stats: one partition's feature statistics"),
     "read": ("ingest.job", "read a job spec's partitions and features as torch batches (no JVM); record the run"),
+    "dpp": ("ingest.dpp_job", "a preprocessing-service session: the reader's work on Ray workers, batches delivered here"),
     "train": ("trainer.train", "train a job spec's DLRM through the reader, evaluate it, report data stalls; record it"),
     "sql": ("warehouse.sql", "run Spark SQL against the warehouse metastore and print the result"),
     "spark-args": ("featurehouse.spark_args", "print spark-sql/spark-submit arguments that reach the same warehouse"),

@@ -64,26 +64,34 @@ def run(config: ReadConfig, *, out=print) -> UsageRecord:
     for i, batch in enumerate(itertools.islice(loader, limit)):
         if i < 3:
             out(f"  batch {i}: {len(batch):,} rows; {_shapes(batch)}")
-    counter = loader.counter
+    where = "its worker" + ("s" if config.workers > 1 else "") if config.workers else "a read-ahead thread"
+    usage = summarize(spec, reader, loader.counter, started=started, started_at=started_at, where=where, out=out)
+    if config.record:
+        record(warehouse, usage, out=out)
+    return usage
+
+
+def summarize(spec, reader, counter, *, started: float, started_at: dt.datetime, where: str, out) -> UsageRecord:
+    """Print a read's rows, bytes and time split (``where`` the reading and decoding ran), and its usage record."""
     elapsed = time.perf_counter() - started
     read_bytes = counter.bytes_read
     ratio = counter.bytes_all_columns / read_bytes if read_bytes else 0.0
     out(f"  {counter.batches:,} batches, {counter.rows:,} rows in {elapsed:.2f}s ({counter.rows / elapsed:,.0f} rows/s)")
-    out(f"  bytes read {read_bytes:,} (planning footers {dataset.footer_bytes:,}); all columns of these rows: "
+    out(f"  bytes read {read_bytes:,} (planning footers {reader.dataset.footer_bytes:,}); all columns of these rows: "
         f"{counter.bytes_all_columns:,} ({ratio:.1f}x more)")  # fmt: skip
-    where = "its worker" + ("s" if config.workers > 1 else "") if config.workers else "a read-ahead thread"
     out(f"  time: I/O {counter.io_s:.2f}s and decoding {counter.decode_s:.2f}s (in {where}), transforms "
         f"{counter.convert_s:.2f}s, shuffling {counter.shuffle_s:.2f}s and batching {counter.assemble_s:.2f}s; waiting for batches "
         f"{counter.wait_s:.2f}s")  # fmt: skip
-    usage = UsageRecord(
+    return UsageRecord(
         job_id=spec.job_id, dataset=spec.dataset, ds_from=format_ds(spec.days[0]), ds_to=format_ds(spec.days[-1]),
         features=spec.feature_names, bytes_read=read_bytes, rows_read=counter.rows,
         table_version=reader.snapshot.version, started_at=started_at, ended_at=dt.datetime.now(dt.UTC), cost=counter,
     )  # fmt: skip
-    if config.record:
-        version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
-        out(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
-    return usage
+
+
+def record(warehouse: str, usage: UsageRecord, *, out) -> None:
+    version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
+    out(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> ReadConfig:

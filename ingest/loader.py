@@ -31,7 +31,7 @@ import pyarrow as pa
 import torch
 
 from ingest.memory import tune_malloc
-from ingest.plan import Piece, Unit, rank_windows, resume_roles, window_permutation, worker_windows
+from ingest.plan import Piece, Unit, Window, rank_windows, resume_roles, window_permutation, worker_windows
 from ingest.read import IoCounter, read_chunks, row_group_sizes
 from ingest.snapshot import Snapshot
 from schemas.errors import ConfigError, TableError
@@ -189,7 +189,6 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
 
     def batches(self, epoch: int, start_batch: int) -> Iterator[Any]:
         """The batches of ``epoch`` after the first ``start_batch`` (this worker's share when in a worker)."""
-        tune_malloc()  # see ingest/memory.py: 1.13x faster end to end
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         windows = self.windows(epoch)
@@ -197,9 +196,16 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         if role is None:  # nothing left for this worker in this epoch
             return
         original, skip = role
+        yield from self.window_batches(worker_windows(windows, worker=original, num_workers=workers), epoch=epoch,
+                                       skip=skip)  # fmt: skip
+
+    def window_batches(self, windows: Sequence[Window], *, epoch: int, skip: int = 0) -> Iterator[Any]:
+        """The batches of consecutive ``windows`` of this rank's ``epoch``, after the first ``skip``: what one
+        worker, a DataLoader process or a preprocessing-service actor, makes of its share."""
+        tune_malloc()  # see ingest/memory.py: 1.13x faster end to end
         counter = self.last_counter = IoCounter()  # in this process: the caller sees it when num_workers is 0
         todo = []
-        for window in worker_windows(windows, worker=original, num_workers=workers):
+        for window in windows:
             if skip >= len(window.batch_sizes):  # delivered before a resume: not even read
                 skip -= len(window.batch_sizes)
             else:
@@ -382,21 +388,30 @@ class ResumableLoader:
         self.dataset.epoch += 1
         self.delivered = 0
 
-    def _plan_key(self) -> dict[str, Any]:
-        d = self.dataset
-        return {
-            "table_version": d.snapshot.version, "files": len(d.snapshot.files), "rank": d.rank,
-            "world_size": d.world_size, "num_workers": self.num_workers, "batch_size": d.batch_size,
-            "shuffle_buffer": d.shuffle_buffer, "seed": d.seed, "drop_last": d.drop_last,
-        }  # fmt: skip
-
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.dataset.epoch, "delivered": self.delivered, "plan": self._plan_key()}
+        return {"epoch": self.dataset.epoch, "delivered": self.delivered,
+                "plan": plan_key(self.dataset, num_workers=self.num_workers)}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("plan") != self._plan_key():
-            raise ConfigError(
-                f"cannot resume: the saved state was made for {state.get('plan')}, this loader is {self._plan_key()}; "
-                "resume with the same snapshot version, files, rank, world size, workers, batch size, buffer and seed"
-            )
+        check_plan(state, self.dataset, num_workers=self.num_workers)
         self.dataset.epoch, self.delivered = int(state["epoch"]), int(state["delivered"])
+
+
+def plan_key(dataset: SnapshotDataset, *, num_workers: int = 0) -> dict[str, Any]:
+    """What a loader's position depends on: a saved position means the same batches only under the same plan."""
+    return {
+        "table_version": dataset.snapshot.version, "files": len(dataset.snapshot.files), "rank": dataset.rank,
+        "world_size": dataset.world_size, "num_workers": num_workers, "batch_size": dataset.batch_size,
+        "shuffle_buffer": dataset.shuffle_buffer, "seed": dataset.seed, "drop_last": dataset.drop_last,
+    }  # fmt: skip
+
+
+def check_plan(state: dict[str, Any], dataset: SnapshotDataset, *, num_workers: int = 0) -> None:
+    """Refuse a saved loader state made under another plan, naming both."""
+    if state.get("plan") != plan_key(dataset, num_workers=num_workers):
+        raise ConfigError(
+            f"cannot resume: the saved state was made for {state.get('plan')}, this loader is "
+            f"{plan_key(dataset, num_workers=num_workers)}; resume with the same snapshot version, files, rank, "
+            "world size, workers, batch size, buffer and seed (the preprocessing service delivers in the order of "
+            "0 workers)"
+        )

@@ -21,7 +21,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 
+from ingest.dpp import DppLoader, parse_workers, ray_session  # the module imports Ray only when a session starts
 from ingest.loader import PREFETCH, ResumableLoader
 from ingest.read import IoCounter
 from ingest.reader import open_reader
@@ -58,6 +59,9 @@ class TrainConfig:
     restart: bool = False
     max_steps: int | None = None  # stop after this many steps (a checkpoint is written first), as a kill would
     record: bool = True
+    dpp: bool = False  # batches from the preprocessing service (ingest/dpp.py) instead of this process
+    dpp_address: str | None = None  # its Ray cluster; None: a local Ray instance for this run
+    dpp_workers: tuple[int, int] = (1, 2)
 
     def __post_init__(self) -> None:
         if self.workers < 0:
@@ -66,6 +70,9 @@ class TrainConfig:
             raise ConfigError(f"--prefetch {self.prefetch} must be 0 (make batches in the training thread) or more")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError(f"--max-steps {self.max_steps} must be a positive number of steps")
+        if self.dpp and self.workers:
+            raise ConfigError(f"--dpp with --workers {self.workers}: the service's workers do the reading; "
+                              "drop --workers (or use --dpp-workers MIN:MAX)")  # fmt: skip
 
 
 @dataclass
@@ -193,6 +200,22 @@ def _evaluate(spec: JobSpec, registry, model: DLRM, *, warehouse: str, ranks: Ra
     return {label: evaluate(y[:, i], p[:, i]) for i, label in enumerate(spec.labels)}, loader.counter
 
 
+def _loader(config: TrainConfig, reader, *, epochs: int, ranks: Ranks, device: torch.device, say,
+            stack: ExitStack):  # fmt: skip
+    """The in-process loader, or with ``--dpp`` the preprocessing service's (its Ray session closed by ``stack``)."""
+    if not config.dpp:
+        return ResumableLoader(reader.dataset, num_workers=config.workers, prefetch=config.prefetch, epochs=epochs,
+                               pin_memory=device.type == "cuda")  # fmt: skip
+    if ranks.world_size > 1 and config.dpp_address is None:
+        raise ConfigError(f"--dpp under torchrun ({ranks.world_size} ranks) needs --address of a running Ray "
+                          "cluster (`ray start --head`), so that the ranks share one; each rank reads its own share")
+    stack.enter_context(ray_session(config.dpp_address))
+    loader = DppLoader(reader.dataset, workers=config.dpp_workers, epochs=epochs, say=say,
+                       pin_memory=device.type == "cuda")  # fmt: skip
+    stack.callback(loader.close)
+    return loader
+
+
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: torch.nn.Module, batch) -> float:
     """One optimizer step on a batch already on the model's device; returns when the device is done (so the
     caller's clock measures compute, not queued work) with the loss."""
@@ -212,7 +235,7 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
     device = pick_device(config.device)
     warehouse = str(config.home / "warehouse")
     run_dir = config.out or config.home / "runs" / spec.job_id
-    with distributed(device) as ranks:
+    with distributed(device) as ranks, ExitStack() as stack:
         say = out if ranks.main else (lambda _line: None)
         started_at = dt.datetime.now(dt.UTC)
         torch.manual_seed(spec.seed)
@@ -223,8 +246,7 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
         model = DLRM(dataclasses.replace(shape, sparse_gradients=sparse)).to(device)
         optimizer = job_optimizer(spec, model)
         reader = open_reader(spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
-        loader = ResumableLoader(reader.dataset, num_workers=config.workers, prefetch=config.prefetch,
-                                 epochs=spec.train.epochs, pin_memory=device.type == "cuda")
+        loader = _loader(config, reader, epochs=spec.train.epochs, ranks=ranks, device=device, say=say, stack=stack)
         clock, history = StepClock(), []
         run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = _checkpoint_path(run_dir, ranks)
@@ -358,10 +380,18 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     parser.add_argument("--max-steps", type=int, default=None,
                         help="stop after N steps, leaving a checkpoint the next run resumes")  # fmt: skip
     parser.add_argument("--no-record", action="store_true", help="do not record the run in feature_usage")
+    parser.add_argument("--dpp", action="store_true",
+                        help="train from the preprocessing service: the reader's work on Ray workers (featurehouse "
+                             "dpp); evaluation still reads in this process")  # fmt: skip
+    parser.add_argument("--address", default=None,
+                        help="with --dpp: a running Ray cluster (auto, HOST:6379, ray://HOST:10001); default: a local "
+                             "Ray instance for this run (one rank only)")  # fmt: skip
+    parser.add_argument("--dpp-workers", default="1:2", help="with --dpp: MIN:MAX service workers per rank (default 1:2)")
     ns = parser.parse_args(argv)
     return TrainConfig(job=ns.job, home=(ns.home or default_home()).resolve(), registry_dir=ns.registry_dir,
                        out=ns.out, workers=ns.workers, prefetch=ns.prefetch, device=ns.device, restart=ns.restart,
-                       max_steps=ns.max_steps, record=not ns.no_record)  # fmt: skip
+                       max_steps=ns.max_steps, record=not ns.no_record, dpp=ns.dpp, dpp_address=ns.address,
+                       dpp_workers=parse_workers(ns.dpp_workers, flag="--dpp-workers"))  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

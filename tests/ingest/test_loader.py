@@ -14,7 +14,7 @@ import pytest
 from delta.tables import DeltaTable
 
 import ingest.loader
-from ingest.loader import ResumableLoader, SnapshotDataset, chunk_rows
+from ingest.loader import ResumableLoader, SnapshotDataset, chunk_rows, plan_key
 from ingest.plan import Unit, batches_per_rank, rank_windows
 from ingest.read import IoCounter, read_chunks, read_row_groups
 from ingest.snapshot import open_snapshot
@@ -120,7 +120,7 @@ def test_batches_are_the_same_whether_row_groups_are_read_whole_or_in_chunks(sna
                                   rank=rank, world_size=2)  # fmt: skip
         loader = ResumableLoader(dataset)  # in this process, so the patched CHUNK_ROWS applies
         if skip:
-            loader.load_state_dict({"epoch": 0, "delivered": skip, "plan": loader._plan_key()})
+            loader.load_state_dict({"epoch": 0, "delivered": skip, "plan": plan_key(dataset)})
         return [ids(b) for b in loader]
 
     read_whole = [batches(rank) for rank in range(2)]
