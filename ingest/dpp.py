@@ -159,7 +159,8 @@ class DppLoader:
     ``workers`` (MIN, MAX) bounds the actor pool Ray Data scales (per rank); ``epochs`` lets one pipeline run on
     into the following epochs, as the in-process batching thread does. Progress goes to ``say`` every
     ``report_every`` seconds and at each epoch's end; ``workers_seen`` maps each worker (node:pid) to the batches
-    it made. ``split_rows``: see :func:`plan_splits`; ``pin_memory`` pins each batch for a CUDA copy. Needs a Ray connection (:func:`ray_session`).
+    it made. ``split_rows``: see :func:`plan_splits`; ``pin_memory`` pins each batch for a CUDA copy. Needs a Ray
+    connection (:func:`ray_session`).
     """
 
     def __init__(self, dataset: SnapshotDataset, *, workers: tuple[int, int] = (1, 2), epochs: int | None = None,
@@ -180,36 +181,44 @@ class DppLoader:
         self.splits_done = 0
         self._rows: Iterator[tuple[int, int, int, str, Any]] | None = None
         self._position: tuple[int, int] | None = None  # (epoch, batch) of the next row the pipeline gives
+        self._until = 0  # the pipeline's splits end before this epoch
+        self._split = self._index = 0  # the split and batch the next row must be
         self._started: float | None = None  # the first batch asked for
         self._last_report = 0.0
 
     def _pipeline(self, epoch: int, delivered: int) -> Iterator[tuple[int, int, int, str, Any]]:
-        """(epoch, split's first window, batch, worker, payload) of the splits from ``(epoch, delivered)`` on, in split order."""
+        """(epoch, split's first window, batch, worker, payload) of the splits from ``(epoch, delivered)`` on, in
+        split order."""
         import ray
 
-        until = self.epochs if self.epochs is not None and epoch < self.epochs else epoch + 1
+        until = self._until = self.epochs if self.epochs is not None and epoch < self.epochs else epoch + 1
         self.splits = plan_splits(self.dataset, epoch=epoch, delivered=delivered, until=until,
                                   split_rows=self.split_rows)  # fmt: skip
         self.splits_done = 0
         if not self.splits:
             return
-        context = ray.data.DataContext.get_current()
-        context.execution_options.preserve_order = True  # the plan's order: the in-process reader's batches
-        context.enable_progress_bars = False  # this loader prints its own progress
-        logging.getLogger("ray.data").setLevel(logging.ERROR)  # ... and Ray Data's per-dataset lines
+        self._split, self._index = 0, self.splits[0].skip
+        logging.getLogger("ray.data").setLevel(logging.ERROR)  # its per-dataset lines: this loader prints its own
         items = [{"epoch": s.epoch, "first": s.first, "stop": s.stop, "skip": s.skip} for s in self.splits]
         low, high = self.workers
         made = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
             SplitWorker, fn_constructor_kwargs={"dataset": self.dataset}, batch_size=1, num_cpus=1,
             compute=ray.data.ActorPoolStrategy(min_size=low, max_size=high),
         )  # fmt: skip
-        for block in made.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=2):
-            columns = [block.column(name).to_pylist() for name in ("epoch", "split_first", "batch", "worker", "payload")]
-            yield from zip(*columns, strict=True)
+        made.context.execution_options.preserve_order = True  # the plan's order: the in-process reader's batches
+        made.context.enable_progress_bars = False  # (the dataset's own context: nothing global changes)
+        blocks = iter(made.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=2))
+        try:
+            for block in blocks:
+                columns = [block.column(name).to_pylist() for name in ("epoch", "split_first", "batch", "worker",
+                                                                       "payload")]  # fmt: skip
+                yield from zip(*columns, strict=True)
+        finally:
+            blocks.close()  # shuts the execution down now (its threads must not outlive the Ray session)
 
     def _next_rows(self) -> Iterator[tuple[int, int, int, str, Any]]:
         position = (self.dataset.epoch, self.delivered)
-        if self._rows is None or self._position != position:
+        if self._rows is None or self._position != position or position[0] >= self._until:
             self.close()
             self._rows = self._pipeline(*position)
             self._position = position
@@ -223,7 +232,6 @@ class DppLoader:
         if self._started is None:
             self._started = self._last_report = time.perf_counter()
         rows = self._next_rows()
-        split = next((i for i, s in enumerate(self.splits) if s.epoch == epoch), len(self.splits))
         while self.delivered < expected:
             started = time.perf_counter()
             try:
@@ -235,14 +243,16 @@ class DppLoader:
             if self.pin_memory:
                 batch = batch.pin_memory()
             self.counter.wait_s += time.perf_counter() - started
-            plan = self.splits[split]
-            if (row_epoch, first) != (plan.epoch, plan.first) or index >= plan.skip + plan.batches:
+            plan = self.splits[self._split]
+            if (row_epoch, first, index) != (plan.epoch, plan.first, self._index):
                 raise ConfigError(f"the preprocessing service gave batch {index} of the split at window {first} "
-                                  f"(epoch {row_epoch}) where the plan has the split at window {plan.first} of "
-                                  f"epoch {plan.epoch}")  # fmt: skip
-            if index == plan.skip + plan.batches - 1:
-                split += 1
+                                  f"(epoch {row_epoch}) where the plan has batch {self._index} of the split at "
+                                  f"window {plan.first} (epoch {plan.epoch})")  # fmt: skip
+            self._index += 1
+            if self._index == plan.skip + plan.batches:  # the split is done: the next one's first batch is next
+                self._split += 1
                 self.splits_done += 1
+                self._index = self.splits[self._split].skip if self._split < len(self.splits) else 0
             self.counter.merge(cost)
             self.workers_seen[worker] = self.workers_seen.get(worker, 0) + 1
             self.delivered += 1

@@ -199,6 +199,10 @@ def test_resume_reads_only_the_splits_not_consumed(home, cluster):
     assert resumed.splits[0] == Split(epoch=0, first=2, stop=3, skip=1, batches=2)  # windows 0 and 1 not read
     assert len(resumed.splits) == 5
     assert same_batches(taken + rest, local)
+    # The next epoch, past the one the pipeline was planned for, comes from a new pipeline, as in process.
+    two_epochs = ResumableLoader(reader_of(home).dataset, epochs=2)
+    list(two_epochs)
+    assert resumed.dataset.epoch == 1 and same_batches(list(resumed), list(two_epochs))
     # A checkpoint means the same position to the in-process loader (no worker processes) and to the service.
     in_process = ResumableLoader(reader_of(home).dataset, epochs=1)
     in_process.load_state_dict(state)

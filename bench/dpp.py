@@ -1,0 +1,171 @@
+"""Benchmark: the preprocessing service (DPP on Ray) against the in-process reader, in one run, printing ratios.
+
+    .venv/bin/python bench/dpp.py                       # bench/reader.py's 200k-row table (built once)
+    .venv/bin/python bench/dpp.py --rows 1000000 --repeat 5
+
+Contenders, on the same table and job (bench/reader.py's: 10% of 120 features, batch 8192):
+the in-process reader with 0 DataLoader workers (its batching thread), 1 and 2 worker processes;
+DPP with a fixed pool of 1 and of 2 Ray workers on a local Ray instance started once for the run.
+
+  delivery: every contender delivers ``--epochs`` epochs to a consumer that does nothing: the
+            time to its first batch (start-up; for DPP the actor pool starting, each worker
+            importing torch and pyarrow) and the samples/s after it.
+  training: DLRM steps (bench/trainer_stall.py's model, or ``--job``'s) fed by each contender,
+            against the same steps on batches already in memory (the ceiling); samples/s and the
+            stall fraction (waiting / (waiting + computing)), the pipeline started before timing.
+
+Each contender runs once to warm up, then ``--repeat`` times alternating with the others; the
+median run counts, with min and max. Then the capacity model the figures imply: DPP's
+samples/s per worker, and the workers a trainer consuming S samples/s needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from trainer_stall import Setup, bench_table_setup, job_setup, train  # noqa: E402
+
+from ingest.dpp import DppLoader, ray_session  # noqa: E402
+from ingest.loader import ResumableLoader  # noqa: E402
+from trainer.train import pick_device  # noqa: E402
+
+#: published DLRM training rates one trainer consumes, samples/s, for the capacity model
+TRAINER_RATES = {"NVIDIA's DLRM on one A100 (Criteo 1TB, about 3M samples/s)": 3_000_000,
+                 "this machine's CPU trainer (the ceiling measured here)": None}  # fmt: skip
+
+
+def contenders(setup: Setup, epochs: int) -> dict[str, Callable[[], object]]:
+    """Label -> a fresh loader over ``setup.data`` from its epoch 0 that runs ``epochs`` epochs (one an iteration)."""
+    def local(workers: int):
+        def make():
+            setup.data.epoch = 0
+            return ResumableLoader(setup.data, num_workers=workers, epochs=epochs,
+                                   **({"prefetch_factor": 4} if workers else {}))  # fmt: skip
+        return make
+
+    def dpp(workers: int):
+        def make():
+            setup.data.epoch = 0
+            return DppLoader(setup.data, workers=(workers, workers), epochs=epochs)
+        return make
+
+    return {"in process, 0 DataLoader workers": local(0), "in process, 1 DataLoader worker": local(1),
+            "in process, 2 DataLoader workers": local(2), "DPP, 1 Ray worker": dpp(1),
+            "DPP, 2 Ray workers": dpp(2)}  # fmt: skip
+
+
+def deliver(make: Callable[[], object], epochs: int) -> dict:
+    """A fresh loader's start-up (until its first batch) and its steady rate after it, over ``epochs`` epochs.
+
+    The consumer takes each batch at once, so no output piles up behind it: from the first batch on, the
+    rate is the producers' (DataLoader workers re-forked every epoch, Ray workers kept for the whole run)."""
+    started = time.perf_counter()
+    loader = make()
+    first = None
+    rows = 0
+    for _ in range(epochs):
+        for batch in loader:
+            if first is None:
+                first = time.perf_counter()
+            else:
+                rows += len(batch)
+    ended = time.perf_counter()
+    if hasattr(loader, "close"):
+        loader.close()
+    return {"first_s": first - started, "steady": rows / (ended - first)}
+
+
+def endless(loader) -> Iterator:
+    while True:
+        yield from loader
+
+
+def median_of(runs: list[dict], key: str) -> tuple[float, float, float]:
+    values = [r[key] for r in runs]
+    return statistics.median(values), min(values), max(values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--job", type=Path, default=None, help="train this job spec's model on its data")
+    parser.add_argument("--home", type=Path, default=Path("data"), help="with --job: the featurehouse home")
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--batch-size", type=int, default=8192)
+    parser.add_argument("--embedding-dim", type=int, default=16)
+    parser.add_argument("--codec", default="snappy")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per delivery run")
+    parser.add_argument("--steps", type=int, default=60, help="training steps per training run")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/featurehouse-bench"))
+    ns = parser.parse_args(argv)
+    device = pick_device("auto")
+    setup = job_setup(ns) if ns.job else bench_table_setup(ns)
+    batches = len(setup.data)
+    print(f"{setup.describe}; {batches} batches an epoch; {torch.get_num_threads()} torch compute threads; "
+          f"median of {ns.repeat} alternating runs after a warm-up (min .. max)")
+    with ray_session(None):
+        made = contenders(setup, ns.epochs)
+        delivery: dict[str, list[dict]] = {label: [] for label in made}
+        for rep in range(ns.repeat + 1):
+            for label, make in made.items():
+                result = deliver(make, ns.epochs)
+                if rep:
+                    delivery[label].append(result)
+        print(f"\ndelivery ({ns.epochs} epochs of {batches * ns.batch_size:,} samples to a consumer that does nothing):")
+        base = median_of(delivery["in process, 0 DataLoader workers"], "steady")[0]
+        for label, runs in delivery.items():
+            steady, lo, hi = median_of(runs, "steady")
+            first = median_of(runs, "first_s")[0]
+            print(f"  {label:<34} {steady:>11,.0f} samples/s after the first batch ({lo:,.0f} .. {hi:,.0f}), "
+                  f"{steady / base:.2f}x in process; first batch after {first:.2f}s")  # fmt: skip
+
+        memory = [b.to(device) for b in itertools.islice(endless(ResumableLoader(setup.data)), 16)]
+        train(itertools.cycle(memory), setup, device, 3)  # warm-up (allocator, kernels), not counted
+        feeders = contenders(setup, -(-ns.steps // batches) + 1)  # one pipeline for all the steps
+        training: dict[str, list[dict]] = {label: [] for label in ["in-memory batches (ceiling)", *feeders]}
+        for rep in range(ns.repeat + 1):
+            for label in training:
+                if label in feeders:
+                    loader = feeders[label]()
+                    feed = endless(loader)
+                    next(feed)  # the pipeline (or the workers) started before the clock
+                else:
+                    loader, feed = None, itertools.cycle(memory)
+                result = train(feed, setup, device, ns.steps)
+                if loader is not None:
+                    feed.close()
+                    loader.close()
+                if rep:
+                    training[label].append(result)
+        ceiling = median_of(training["in-memory batches (ceiling)"], "samples_per_s")[0]
+        print(f"\ntraining ({ns.steps} steps on {device}):")
+        for label, runs in training.items():
+            rate, lo, hi = median_of(runs, "samples_per_s")
+            stall, s_lo, s_hi = median_of(runs, "stall")
+            print(f"  {label:<34} {rate:>11,.0f} samples/s ({lo:,.0f} .. {hi:,.0f}), stall {stall:6.1%} "
+                  f"({s_lo:.1%} .. {s_hi:.1%}), {rate / ceiling:.2f}x the ceiling")  # fmt: skip
+
+    per_worker = median_of(delivery["DPP, 1 Ray worker"], "steady")[0]
+    two = median_of(delivery["DPP, 2 Ray workers"], "steady")[0]
+    print(f"\ncapacity model: one DPP worker (one core) delivers {per_worker:,.0f} samples/s of this job; two on "
+          f"this 2-core machine {two:,.0f} ({two / per_worker:.2f}x: they share the cores with the client)")  # fmt: skip
+    for name, rate in TRAINER_RATES.items():
+        rate = rate or ceiling
+        print(f"  a trainer consuming {rate:,.0f} samples/s ({name}) needs {rate / per_worker:,.1f} such workers")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
