@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -121,6 +122,8 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
     instance started here and stopped on exit when it is None. An already connected process keeps its connection."""
     import ray
 
+    if address is not None:
+        _check_reachable(address)
     if ray.is_initialized():
         yield
         return
@@ -137,6 +140,18 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         yield
     finally:
         ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse a HOST:PORT (or ray://HOST:PORT) nobody listens on at once: ray.init would retry it for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # auto, or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as err:
+        raise ConfigError(f"no Ray cluster answers at {address} ({err}); start one with `ray start --head --port "
+                          f"{port}` there, or leave --address out for a local Ray instance") from err  # fmt: skip
 
 
 def _alive_workers() -> int | None:
