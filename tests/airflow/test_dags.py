@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -272,11 +273,24 @@ def test_backfill_dag_fills_a_derived_feature_and_refuses_a_reversed_range(airfl
 def services(airflow: Airflow) -> Iterator[None]:
     """An API server (the tasks' Execution API) and a scheduler with the LocalExecutor, stopped on exit."""
     logs = [(airflow.home / f"{name}.log").open("w") for name in ("api-server", "scheduler")]
-    procs = [
-        airflow.popen("api-server", "--port", airflow.env["AIRFLOW__API__PORT"], stdout=logs[0], stderr=subprocess.STDOUT),
-        airflow.popen("scheduler", stdout=logs[1], stderr=subprocess.STDOUT),
-    ]
+    port = airflow.env["AIRFLOW__API__PORT"]
+    procs = [airflow.popen("api-server", "--port", port, stdout=logs[0], stderr=subprocess.STDOUT)]
     try:
+        # The scheduler starts only once the Execution API answers: a task whose first call times out while the
+        # server is still starting fails its first try (seen on a slower machine: httpx.ReadTimeout, then a retry).
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/execution/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if procs[0].poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the API server did not answer on port {port}: "
+                            f"{(airflow.home / 'api-server.log').read_text()[-3000:]}")  # fmt: skip
+            time.sleep(1)
+        procs.append(airflow.popen("scheduler", stdout=logs[1], stderr=subprocess.STDOUT))
         yield
     finally:
         for proc in procs:
