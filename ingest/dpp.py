@@ -105,19 +105,22 @@ class SplitWorker:
         import ray
 
         self.where = f"{ray.get_runtime_context().get_node_id()[:12]}:{os.getpid()}"  # node:pid
+        self._windows: tuple[int, list] = (-1, [])  # (epoch, its windows): planned once per epoch, not per split
 
     def __call__(self, splits: dict[str, Any]) -> Iterator[dict[str, list]]:
         for epoch, first, stop, skip in zip(splits["epoch"], splits["first"], splits["stop"], splits["skip"],
                                             strict=True):  # fmt: skip
             epoch, first, stop, skip = int(epoch), int(first), int(stop), int(skip)
-            windows = self.dataset.windows(epoch)[first:stop]
+            if self._windows[0] != epoch:
+                self._windows = (epoch, self.dataset.windows(epoch))
+            windows = self._windows[1][first:stop]
             for index, item in enumerate(self.dataset.window_batches(windows, epoch=epoch, skip=skip), start=skip):
                 yield {"epoch": [epoch], "split_first": [first], "batch": [index], "worker": [self.where],
                        "payload": [pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)]}  # fmt: skip
 
 
 @contextmanager
-def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[None]:
+def ray_session(address: str | None = None) -> Iterator[None]:
     """Ray for the session: connected to ``address`` (``auto``, ``ray://host:10001``, ``host:6379``), or a local
     instance started here and stopped on exit when it is None. An already connected process keeps its connection."""
     import ray
@@ -129,7 +132,7 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         return
     try:
         if address is None:
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+            ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
         else:
             ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, ValueError, RuntimeError) as err:
@@ -286,7 +289,7 @@ class DppLoader:
         self._last_report = now
         elapsed = max(now - self._started, 1e-9)
         alive = _alive_workers()
-        stall = self.counter.wait_s / elapsed if elapsed else 0.0
+        stall = self.counter.wait_s / elapsed
         self.say(f"  dpp: {'?' if alive is None else alive} workers alive, splits {self.splits_done:,} done / "
                  f"{len(self.splits) - self.splits_done:,} pending, {self.counter.rows / elapsed:,.0f} samples/s "
                  f"delivered, trainer stall {stall:.1%}")  # fmt: skip
