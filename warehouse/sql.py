@@ -2,7 +2,18 @@
 
     featurehouse sql "SELECT ds, count(*) FROM featurehouse.ads GROUP BY ds ORDER BY ds"
     featurehouse sql --format json "SHOW TABLES IN featurehouse"
+    featurehouse sql --format json --all "SELECT impression_id, label_click FROM featurehouse.ads WHERE ds='2026-11-01'"
     featurehouse sql --allow-write "ALTER TABLE featurehouse.ads SET TBLPROPERTIES ('owner' = 'ads')"
+
+At most ``--limit`` rows are printed (default 1000); ``--all`` prints every row. A result
+that was cut is never cut silently: the rows are counted (one more Spark job, only then) and
+stderr gets one line, e.g. ``featurehouse sql: printed 1,000 of 20,000 rows (--limit 1000);
+pass --limit N or --all for every row``, so stdout stays the result alone (with ``--format
+json``, a valid JSON array). The table format's last line says so too.
+
+``DESCRIBE DETAIL`` of a table that uses Delta column mapping (every feature table) adds a
+line on stderr: its Parquet files name columns ``col-<uuid>``, so engines other than Spark
+must read its location through Delta's log with the mapping (docs/engines.md).
 
 Read-only unless ``--allow-write``: the statement is parsed (not run) first, and only a
 query (SELECT, WITH, VALUES, TABLE) with no write inside it, or a SHOW, DESCRIBE or
@@ -25,8 +36,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from schemas.delta_arrow import COLUMN_MAPPING_MODE, column_mapping_message
 from schemas.errors import ConfigError, FeaturehouseError, first_line
+from schemas.redact import redact
 from warehouse.jobs import add_common_arguments, common_settings, run_spark_job
+
+#: Rows printed when neither --limit nor --all is given.
+DEFAULT_LIMIT = 1000
 
 
 class OutputFormat(StrEnum):
@@ -39,7 +55,7 @@ class SqlConfig:
     statement: str
     home: Path
     output: OutputFormat = OutputFormat.TABLE
-    limit: int = 1000
+    limit: int | None = DEFAULT_LIMIT  # None: every row (--all)
     allow_write: bool = False
     registry_dir: Path | None = None
     spark_conf: Mapping[str, str] = field(default_factory=dict)
@@ -47,8 +63,8 @@ class SqlConfig:
     def __post_init__(self) -> None:
         if not self.statement.strip():
             raise ConfigError("the SQL statement is empty; pass one, e.g. featurehouse sql \"SHOW TABLES IN featurehouse\"")
-        if self.limit <= 0:
-            raise ConfigError(f"--limit {self.limit} must be a positive number of rows")
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit <= 0):
+            raise ConfigError(f"--limit {self.limit} must be a positive number of rows; pass --all for every row")
 
 
 def _plain(value: Any) -> Any:
@@ -68,18 +84,48 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class SqlResult:
+    """The rows printed, and ``total_rows``, the statement's full row count, when they are fewer (else None)."""
+
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
-    truncated: bool
+    total_rows: int | None = None
     output: OutputFormat = OutputFormat.TABLE
+
+    @property
+    def truncated(self) -> bool:
+        return self.total_rows is not None
 
     def records(self) -> list[dict[str, Any]]:
         return [dict(zip(self.columns, (_plain(v) for v in row), strict=True)) for row in self.rows]
 
     def format(self) -> str:
+        """What stdout gets: the table, or the JSON array of row objects; nothing else."""
         if self.output is OutputFormat.JSON:
             return json.dumps(self.records(), indent=None, default=str)
-        return format_table(self.columns, self.rows, truncated=self.truncated)
+        return format_table(self.columns, self.rows, total_rows=self.total_rows)
+
+    def notes(self) -> list[str]:
+        """What stderr gets, one line each: that the rows were cut, and what DESCRIBE DETAIL's location needs."""
+        notes = []
+        if self.total_rows is not None:
+            notes.append(
+                f"featurehouse sql: printed {len(self.rows):,} of {self.total_rows:,} rows (--limit {len(self.rows)}); "
+                "pass --limit N or --all for every row"
+            )
+        return notes + _column_mapping_notes(self.columns, self.rows)
+
+
+def _column_mapping_notes(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A line for each DESCRIBE DETAIL row of a table with Delta column mapping: other engines misread its files."""
+    if "location" not in columns or "properties" not in columns:
+        return []
+    location, properties = columns.index("location"), columns.index("properties")
+    notes = []
+    for row in rows:
+        mode = row[properties].get(COLUMN_MAPPING_MODE, "none") if isinstance(row[properties], Mapping) else "none"
+        if mode != "none":
+            notes.append(f"featurehouse sql: {column_mapping_message(str(row[location]), mode)}")
+    return notes
 
 
 def _cell(value: Any) -> str:
@@ -92,13 +138,16 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, truncated: bool = False) -> str:
-    """A plain-text table with a header rule and a row count."""
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, total_rows: int | None = None) -> str:
+    """A plain-text table with a header rule and a row count; ``total_rows``: the rows were cut, of that many."""
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()  # noqa: E731
     out = [line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
-    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', truncated: raise --limit' if truncated else ''})")
+    if total_rows is None:
+        out.append(f"({len(rows):,} row{'s' if len(rows) != 1 else ''})")
+    else:
+        out.append(f"({len(rows):,} of {total_rows:,} rows, truncated: raise --limit or pass --all)")
     return "\n".join(out)
 
 
@@ -130,7 +179,11 @@ def write_in(spark: SparkSession, statement: str) -> str | None:
 
 
 def run(spark: SparkSession, config: SqlConfig) -> SqlResult:
-    """Run one statement; return at most ``config.limit`` rows. Refuse writes unless ``config.allow_write``."""
+    """Run one statement; return at most ``config.limit`` rows (None: all). Refuse writes unless ``allow_write``.
+
+    A result with more rows than the limit is counted (one more Spark job over the same
+    DataFrame, only then), so the caller can say how many it did not print.
+    """
     if not config.allow_write:
         write = write_in(spark, config.statement)
         if write is not None:
@@ -144,13 +197,14 @@ def run(spark: SparkSession, config: SqlConfig) -> SqlResult:
         if type(err).__module__.startswith("pyspark"):
             raise FeaturehouseError(f"Spark SQL refused the statement: {first_line(err)}") from err
         raise
-    rows = frame.limit(config.limit + 1).collect()
-    return SqlResult(
-        columns=tuple(frame.columns),
-        rows=tuple(tuple(r) for r in rows[: config.limit]),
-        truncated=len(rows) > config.limit,
-        output=config.output,
-    )
+    if config.limit is None:
+        rows, total = frame.collect(), None
+    else:
+        rows = frame.limit(config.limit + 1).collect()
+        total = frame.count() if len(rows) > config.limit else None
+        rows = rows[: config.limit]
+    return SqlResult(columns=tuple(frame.columns), rows=tuple(tuple(r) for r in rows), total_rows=total,
+                     output=config.output)  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -159,27 +213,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format", dest="output", choices=[f.value for f in OutputFormat], default=OutputFormat.TABLE.value,
         help="table (default) or json: a JSON array of row objects, for scripts",
     )
-    parser.add_argument("--limit", type=int, default=1000, help="print at most this many rows (default 1000)")
+    rows = parser.add_mutually_exclusive_group()
+    rows.add_argument("--limit", type=int, default=None, metavar="N",
+                      help=f"print at most N rows (default {DEFAULT_LIMIT}); when the result has more, stderr says "
+                           "how many it has and stdout stays the result alone")  # fmt: skip
+    rows.add_argument("--all", action="store_true", help="print every row, however many (for scripts)")
     parser.add_argument("--allow-write", action="store_true",
                         help="also run statements that change tables or the session (INSERT, ALTER, DROP, SET, ...)")  # fmt: skip
     add_common_arguments(parser)
 
 
 def config_from_args(ns: argparse.Namespace) -> SqlConfig:
-    return SqlConfig(statement=ns.statement, output=OutputFormat(ns.output), limit=ns.limit,
+    limit = None if ns.all else DEFAULT_LIMIT if ns.limit is None else ns.limit
+    return SqlConfig(statement=ns.statement, output=OutputFormat(ns.output), limit=limit,
                      allow_write=ns.allow_write, **common_settings(ns))  # fmt: skip
 
 
 def parse_args(argv: Sequence[str] | None = None) -> SqlConfig:
     parser = argparse.ArgumentParser(
-        prog="featurehouse sql", description="Run one Spark SQL statement against the warehouse metastore and print the result."
+        prog="featurehouse sql",
+        description="Run one Spark SQL statement against the warehouse metastore and print the result.",
+        epilog=f"At most --limit rows are printed (default {DEFAULT_LIMIT}); a result that was cut is counted and "
+        "stderr says so in one line, e.g. 'featurehouse sql: printed 1,000 of 20,000 rows (--limit 1000); pass "
+        "--limit N or --all for every row'. Stdout holds only the result: with --format json, a JSON array.",
     )
     add_arguments(parser)
     return config_from_args(parser.parse_args(argv))
 
 
+def run_with_notes(spark: SparkSession, config: SqlConfig) -> SqlResult:
+    """:func:`run`, then its notes (rows cut, ...) on stderr, one line each, redacted; stdout gets only ``format()``."""
+    result = run(spark, config)
+    for note in result.notes():
+        print(redact(note), file=sys.stderr, flush=True)
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_spark_job(lambda: parse_args(argv), run)
+    return run_spark_job(lambda: parse_args(argv), run_with_notes)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,60 @@ def test_sql_counts_match_the_joined_rows(spark, spark_home, request, tmp_path, 
     assert table[-1] == "(2 rows)"
 
     assert cli.main(["sql", "--home", str(spark_home), "--limit", "1", query]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "(1 row, truncated: raise --limit)"
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "(1 of 2 rows, truncated: raise --limit or pass --all)"
+    assert err.splitlines() == [
+        "featurehouse sql: printed 1 of 2 rows (--limit 1); pass --limit N or --all for every row"
+    ]
+
+    # the location DESCRIBE DETAIL shows is where other engines go: stderr says how to read its files
+    detail_query = f"DESCRIBE DETAIL featurehouse.{dataset}"
+    assert cli.main(["sql", "--home", str(spark_home), "--format", "json", detail_query]) == 0
+    out, err = capsys.readouterr()
+    (detail,) = json.loads(out)
+    assert detail["properties"]["delta.columnMapping.mode"] == "name"
+    assert err.splitlines() == [f"featurehouse sql: Delta table {detail['location']} uses column mapping (mode name): "
+                                "its Parquet files name columns col-<uuid>, so deltalake's "
+                                "DeltaTable.to_pyarrow_table()/to_pyarrow_dataset() read every column but the "
+                                "partition column as null and plain "
+                                "Parquet readers see col-<uuid> names; read it with Spark, deltalake's QueryBuilder or "
+                                "schemas.delta_arrow.arrow_dataset (docs/engines.md)"]  # fmt: skip
+
+
+def test_a_cut_result_says_so_on_stderr_and_all_prints_every_row(spark, spark_home, capsys):
+    query = "SELECT id FROM range(2500) ORDER BY id"
+    sql = ["sql", "--home", str(spark_home), "--format", "json"]
+    assert cli.main([*sql, query]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [{"id": i} for i in range(1000)]
+    assert err.splitlines() == [
+        "featurehouse sql: printed 1,000 of 2,500 rows (--limit 1000); pass --limit N or --all for every row"
+    ]
+
+    assert cli.main([*sql, "--all", query]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [{"id": i} for i in range(2500)]
+    assert err == ""
+
+    assert cli.main([*sql, "--limit", "2500", query]) == 0  # exactly all: nothing cut, nothing said
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)) == 2500 and err == ""
+
+    with pytest.raises(SystemExit):
+        cli.main([*sql, "--all", "--limit", "5", query])
+    assert "argument --limit: not allowed with argument --all" in capsys.readouterr().err
+
+
+def test_sql_config_is_validated(tmp_path):
+    from schemas.errors import ConfigError
+    from warehouse.sql import SqlConfig, parse_args
+
+    with pytest.raises(ConfigError, match=r"--limit 0 must be a positive number of rows; pass --all for every row"):
+        SqlConfig(statement="SELECT 1", home=tmp_path, limit=0)
+    assert SqlConfig(statement="SELECT 1", home=tmp_path, limit=None).limit is None
+    assert parse_args(["--home", str(tmp_path), "SELECT 1"]).limit == 1000
+    assert parse_args(["--home", str(tmp_path), "--all", "SELECT 1"]).limit is None
+    assert parse_args(["--home", str(tmp_path), "--limit", "7", "SELECT 1"]).limit == 7
 
 
 def test_sql_errors_are_one_line(spark, spark_home, capsys):
