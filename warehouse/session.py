@@ -79,21 +79,51 @@ def embedded_confs(home: Path) -> dict[str, str]:
     }
 
 
+#: JDBC drivers a metastore database needs on the driver JVM's own classpath (Hive's metastore client loads
+#: them there, not from spark.jars): URL scheme -> jar name pattern in the jar folder (jvm/pom.xml).
+METASTORE_DRIVERS = {"jdbc:postgresql:": "postgresql-*.jar"}
+METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
+
+
+def submitted_confs() -> dict[str, str]:
+    """The settings spark-submit gave this driver (``--conf``, ``--master``, ...); call only under spark-submit."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # attaches to spark-submit's JVM, so SparkConf() reads its settings
+    return dict(SparkConf().getAll())
+
+
+def metastore_driver_jars(url: str, jars_dir: Path | None = None) -> list[str]:
+    """The JDBC driver jars a metastore at ``url`` needs on the driver's classpath ([] for embedded Derby)."""
+    directory = Path(os.environ.get("FEATUREHOUSE_JARS") or jars_dir or DEFAULT_JARS_DIR)
+    for scheme, pattern in METASTORE_DRIVERS.items():
+        if url.startswith(scheme):
+            jars = sorted(str(p) for p in directory.glob(pattern))
+            if not jars:
+                raise ConfigError(f"the metastore {url.split('?')[0]} needs its JDBC driver ({pattern}) in {directory}; "
+                                  "run `make jars` (jvm/pom.xml resolves it from Maven Central)")  # fmt: skip
+            return jars
+    return []
+
+
 def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """The embedded confs, plus the Delta jars, with ``overrides`` applied last.
 
-    Under spark-submit, where ``--packages``/``--jars`` already put Delta on the
-    classpath, pass ``spark.jars`` or ``spark.jars.packages`` yourself (or run
-    inside spark-submit, detected by ``PYSPARK_GATEWAY_PORT``) and no local jar
-    folder is needed.
+    Under spark-submit (detected by ``PYSPARK_GATEWAY_PORT``) the embedded confs are only defaults:
+    a setting spark-submit was given (``--master``, ``--conf``) is kept, and Delta comes from its
+    ``--jars``/``--packages``. Elsewhere, pass ``spark.jars`` or ``spark.jars.packages`` yourself and
+    no local jar folder is needed. A PostgreSQL metastore's JDBC driver is put on the driver's
+    classpath (``spark.driver.extraClassPath``), where Hive's metastore client looks for it.
     """
     confs = embedded_confs(home)
     overrides = dict(overrides or {})
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if under_submit:
-        # spark-submit already chose the master and launched the driver JVM.
+        # spark-submit already launched the driver JVM with its own master, memory, options and settings.
         for key in ("spark.master", "spark.driver.memory", "spark.driver.extraJavaOptions"):
             confs.pop(key)
+        submitted = submitted_confs()
+        confs = {k: v for k, v in confs.items() if k not in submitted}
     elif not {"spark.jars", "spark.jars.packages"} & overrides.keys():
         jars = delta_jars()
         if not jars:
@@ -103,6 +133,11 @@ def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dic
             )
         confs["spark.jars"] = ",".join(jars)
     confs.update(overrides)
+    if not under_submit:
+        drivers = metastore_driver_jars(confs.get(METASTORE_URL, ""))
+        if drivers:
+            path = [p for p in confs.get("spark.driver.extraClassPath", "").split(os.pathsep) if p]
+            confs["spark.driver.extraClassPath"] = os.pathsep.join(path + [j for j in drivers if j not in path])
     return confs
 
 

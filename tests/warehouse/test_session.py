@@ -69,3 +69,14 @@ def test_a_metastore_held_by_another_jvm_is_refused_naming_the_fixes(tmp_path):
         time.sleep(0.5)
     else:
         pytest.fail("the metastore lock outlived the JVM that held it")
+
+
+def test_a_postgres_metastore_puts_its_jdbc_driver_on_the_driver_classpath(tmp_path):
+    from warehouse.session import session_confs
+
+    url = "jdbc:postgresql://127.0.0.1:5433/featurehouse_metastore"
+    confs = session_confs(tmp_path, {"spark.hadoop.javax.jdo.option.ConnectionURL": url,
+                                     "spark.driver.extraClassPath": "/opt/mine.jar"})  # fmt: skip
+    path = confs["spark.driver.extraClassPath"].split(os.pathsep)
+    assert path[0] == "/opt/mine.jar" and len(path) == 2 and Path(path[1]).name.startswith("postgresql-")
+    assert "spark.driver.extraClassPath" not in session_confs(tmp_path)  # embedded Derby needs nothing there
