@@ -1,6 +1,6 @@
 # featurehouse: the two commands of the README, and what they need.
 #   make demo   install if needed, then run the main job end to end
-#   make test   install if needed (Airflow and Ray included: their tests always run), then run the whole test suite
+#   make test   install if needed (Airflow, Ray and PostgreSQL included: their tests always run), then run the whole test suite
 # Installs are stamped, so later runs neither download nor reinstall anything.
 
 PYTHON ?= python3
@@ -9,12 +9,12 @@ STAMP  := $(VENV)/.installed
 JARS   := .jvm/.resolved
 KAFKA  := .jvm/.kafka-resolved
 
-.PHONY: demo test install jars clean
+.PHONY: demo test install jars postgres clean
 
 demo: install
 	$(VENV)/bin/featurehouse demo
 
-test: install
+test: install postgres
 	$(VENV)/bin/pytest
 
 install: $(STAMP) $(JARS) $(KAFKA)
@@ -36,6 +36,13 @@ $(JARS): jvm/pom.xml jvm/sync_jars.sh $(STAMP)
 $(KAFKA): jvm/kafka/pom.xml jvm/sync_kafka_jars.sh
 	jvm/sync_kafka_jars.sh
 	touch $@
+
+# PostgreSQL's server (Debian's package), for the shared-metastore tests and `featurehouse cluster up`:
+# installed only where it is missing, and only as root (apt-get); elsewhere tests/test_cluster.py skips, saying why.
+postgres:
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } || \
+	  echo "note: PostgreSQL is not installed and cannot be installed here (not root); the cluster tests will skip"
 
 clean:
 	rm -rf $(VENV) .jvm data

@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dpp": ("ingest.dpp_job", "a preprocessing-service session: the reader's work on Ray workers, batches delivered here"),
     "train": ("trainer.train", "train a job spec's DLRM through the reader, evaluate it, report data stalls; record it"),
     "sql": ("warehouse.sql", "run Spark SQL against the warehouse metastore and print the result"),
+    "cluster": ("featurehouse.cluster", "up|down|status: a Spark standalone cluster, PostgreSQL metastore and Thrift server here"),
+    "metastore": ("warehouse.metastore", "init: make a shared (PostgreSQL) metastore's schema, once"),
     "spark-args": ("featurehouse.spark_args", "print spark-sql/spark-submit arguments that reach the same warehouse"),
 }
 
