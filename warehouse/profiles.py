@@ -29,14 +29,14 @@ class ClusterServices(BaseModel):
     """What ``featurehouse cluster up`` starts for a profile on this machine."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    worker_cores: int = Field(default=0, ge=0)  # 0: twice os.cpu_count()
+    worker_cores: int = Field(default=0, ge=0)  # 0: four times os.cpu_count()
     worker_memory: str = Field(default="8g", pattern=r"^[0-9]+[mg]$")
     thrift_port: int = Field(default=10000, gt=0, lt=65536)
     master_ui_port: int = Field(default=8080, gt=0, lt=65536)
     worker_ui_port: int = Field(default=8081, gt=0, lt=65536)
 
     def cores(self) -> int:
-        return self.worker_cores or 2 * (os.cpu_count() or 1)
+        return self.worker_cores or 4 * (os.cpu_count() or 1)
 
 
 class Profile(BaseModel):
