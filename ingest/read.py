@@ -236,16 +236,29 @@ def _projected(
             raise TableError(f"data file {where} is corrupt or truncated: {err}") from err
 
 
+def _nested_names(column: pa.ChunkedArray, expected: pa.DataType, name: str, where: str) -> pa.ChunkedArray:
+    """A weighted sparse column under the registry's field names: column mapping names a struct's fields too
+    (``list<struct<col-..., col-...>>`` in the files), so they are renamed by a zero-copy view."""
+    if column.type == expected or not pa.types.is_list(column.type) or not pa.types.is_struct(column.type.value_type):
+        return column
+    try:
+        return pa.chunked_array([chunk.view(expected) for chunk in column.chunks], type=expected)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+        raise TableError(f"data file {where}: column {name!r} is {column.type} in the file, not the registry's "
+                         f"{expected}; check the registry's kind and dtype for it ({err})") from err  # fmt: skip
+
+
 def _logical(table: pa.Table, logical: dict[str, str], columns: Sequence[str], registry: DatasetRegistry,
              where: str) -> pa.Table:  # fmt: skip
     """``table`` (physical names, file order) as ``columns``: renamed, reordered, missing features at their default."""
     table = table.rename_columns([logical[name] for name in table.column_names])
     found, out = set(logical.values()), []
     for name in columns:
-        if name in found:
-            out.append(table.column(name))
-            continue
         feature = registry.by_name.get(name)
+        if name in found:
+            column = table.column(name)
+            out.append(column if feature is None else _nested_names(column, feature_type(feature), name, where))
+            continue
         if feature is None:
             raise TableError(f"data file {where} has no column {name!r} and it is not a feature")
         out.append(pa.repeat(pa.scalar(feature.fill_value, type=feature_type(feature)), table.num_rows))

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -112,9 +113,10 @@ def _timed(command: list[str]) -> tuple[subprocess.Popen, float]:
 
 
 @pytest.fixture(scope="module")
-def concurrent(world, cluster):
-    """The cluster's label join of DS and a local streaming catch-up of another dataset, started together."""
-    _root, registry_dir, landing, profile_file = world
+def concurrent(world, cluster, spark):
+    """The cluster's label join of DS and a local streaming catch-up of another dataset, started together; while
+    they run, this test run's own session (local mode, embedded Derby) joins the same ds, for comparison."""
+    root, registry_dir, landing, profile_file = world
     home = str(cluster.home)
     data = ["--home", home, "--landing", str(landing), "--registry-dir", str(registry_dir)]
     submit = ["spark-submit", *shlex.split(spark_args(["--profile", str(profile_file), "--home", home, *SMALL])),
@@ -123,6 +125,8 @@ def concurrent(world, cluster):
               "--trigger", "available-now", "--profile", str(profile_file), "--conf", "spark.master=local[1]",
               *SMALL, *data]  # fmt: skip
     runs = {name: _timed(command) for name, command in (("label_join", submit), ("stream", stream))}
+    label_join.run(spark, label_join.LabelJoinConfig(dataset=BATCH, ds=DAY, home=root / "local", landing=str(landing),
+                                                     registry_dir=registry_dir))  # fmt: skip
     results = {}
     for name, (process, started) in runs.items():
         output, _ = process.communicate(timeout=900)
@@ -130,13 +134,10 @@ def concurrent(world, cluster):
     return results
 
 
-def test_label_join_on_the_cluster_gives_the_local_partition(world, cluster, concurrent, spark):
-    root, registry_dir, landing, _profile = world
+def test_label_join_on_the_cluster_gives_the_local_partition(cluster, concurrent, spark):
     status, output, _started, _ended = concurrent["label_join"]
     assert status == 0, output[-3000:]
     assert f"-> featurehouse.{BATCH}" in output
-    label_join.run(spark, label_join.LabelJoinConfig(dataset=BATCH, ds=DAY, home=root / "local", landing=str(landing),
-                                                     registry_dir=registry_dir))  # fmt: skip
     local = spark.table(f"featurehouse.{BATCH}").where(F.col("ds") == DS)
     on_cluster = spark.read.format("delta").load(str(cluster.home / "warehouse" / "featurehouse.db" / BATCH))
     assert on_cluster.count() == local.count() > 100
@@ -153,10 +154,27 @@ def _sql_json(profile_file: Path, home: Path, statement: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def catalog_answer(world, cluster, concurrent) -> list[dict]:
-    """``featurehouse sql``'s answer to the catalog query, through the shared metastore (a third application)."""
+    """``featurehouse sql``'s answer to the catalog query through the shared metastore (a third application), while
+    the Thrift server starts on the cluster (a fourth) for the beeline test."""
     for status, output, _started, _ended in concurrent.values():
         assert status == 0, output[-3000:]
-    return _sql_json(world[3], cluster.home, CATALOG_QUERY)
+    failed: list[BaseException] = []
+
+    def start_thrift() -> None:
+        try:
+            cluster.start_thrift(lambda _message: None)
+        except BaseException as err:  # re-raised below, in the test's own thread
+            failed.append(err)
+
+    thrift = threading.Thread(target=start_thrift)
+    thrift.start()
+    try:
+        answer = _sql_json(world[3], cluster.home, CATALOG_QUERY)
+    finally:
+        thrift.join()
+    if failed:
+        raise failed[0]
+    return answer
 
 
 def test_a_stream_and_a_batch_job_share_the_postgres_metastore_at_once(concurrent, catalog_answer):
@@ -176,8 +194,8 @@ def beeline_rows(output: str) -> list[list[str]]:
     return list(csv.reader(line for line in lines if line.strip()))
 
 
-def test_beeline_through_the_thrift_server_answers_as_featurehouse_sql(world, cluster, catalog_answer):
-    cluster.start_thrift(lambda _message: None)
+def test_beeline_through_the_thrift_server_answers_as_featurehouse_sql(cluster, catalog_answer):
+    assert cluster.service("thrift").pid() is not None  # started by catalog_answer
     url = f"jdbc:hive2://127.0.0.1:{cluster.endpoints.thrift_port}"
     done = subprocess.run([fh_cluster.spark_bin("beeline"), "-u", url, "--silent=true", "--outputformat=csv2",
                            "-e", CATALOG_QUERY], env=env(), capture_output=True, text=True, timeout=300)  # fmt: skip

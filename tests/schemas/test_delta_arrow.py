@@ -36,6 +36,7 @@ class Table:
     before_rerun: int  # the version before DAY1 was joined again
     rows: list[dict]  # what Spark reads at the latest version, canonical (see canonical())
     rows_before_rerun: list[dict]
+    registry_dir: Path
 
     @property
     def path(self) -> Path:
@@ -93,7 +94,7 @@ def table(spark, spark_home, tmp_path_factory) -> Table:
     join(DAY1)
     uri = spark.sql(f"DESCRIBE DETAIL {name}").first()["location"]
     return Table(name=name, uri=uri, before_rerun=before, rows=spark_rows(spark, name),
-                 rows_before_rerun=spark_rows(spark, name, version=before))  # fmt: skip
+                 rows_before_rerun=spark_rows(spark, name, version=before), registry_dir=registry_dir)  # fmt: skip
 
 
 def test_the_recipe_reads_what_spark_reads(table):
@@ -208,3 +209,16 @@ def test_a_column_added_after_the_files_were_written_reads_null_as_in_spark(spar
     expected = spark_rows(spark, f"delta.`{copy}`")
     assert expected == [{**r, "late_ctr": None, "late_pairs": None} for r in table.rows]
     assert arrow_rows(arrow_dataset(str(copy)).to_table()) == expected
+
+
+def test_the_project_reader_reads_weighted_sparse_fields_under_their_names(table):
+    """Column mapping names a weighted sparse column's struct fields too (col-<uuid>); the reader renames them."""
+    from ingest.read import IoCounter, read_row_groups
+    from ingest.snapshot import open_snapshot
+    from schemas.registry import load_dataset
+
+    snapshot = open_snapshot(table.uri, [DAY1, DAY2])
+    registry = load_dataset(DATASET, table.registry_dir)
+    columns = ["impression_id", "user_topic_affinity"]
+    parts = [read_row_groups(f, snapshot, registry, columns, IoCounter()) for f in snapshot.files]
+    assert canonical(pa.concat_tables(parts).to_pylist()) == [{c: r[c] for c in columns} for r in table.rows]
