@@ -8,8 +8,9 @@ VENV   := .venv
 STAMP  := $(VENV)/.installed
 JARS   := .jvm/.resolved
 KAFKA  := .jvm/.kafka-resolved
+S3     := .jvm/.s3-resolved
 
-.PHONY: demo test install jars postgres clean
+.PHONY: demo test install jars s3-jars postgres clean
 
 demo: install
 	$(VENV)/bin/featurehouse demo
@@ -17,9 +18,11 @@ demo: install
 test: install postgres
 	$(VENV)/bin/pytest
 
-install: $(STAMP) $(JARS) $(KAFKA)
+install: $(STAMP) $(JARS) $(KAFKA) $(S3)
 
 jars: $(JARS) $(KAFKA)
+
+s3-jars: $(S3)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +38,12 @@ $(JARS): jvm/pom.xml jvm/sync_jars.sh $(STAMP)
 # Apache Kafka's broker for local runs and tests (jvm/kafka/pom.xml), resolved once into .jvm/kafka.
 $(KAFKA): jvm/kafka/pom.xml jvm/sync_kafka_jars.sh
 	jvm/sync_kafka_jars.sh
+	touch $@
+
+# Hadoop's S3A connector with the AWS SDK bundle (jvm/s3/pom.xml, about 650 MB), resolved once into .jvm/s3:
+# only sessions with s3a:// tables put it on their classpath (warehouse/object_store.py, docs/object-storage.md).
+$(S3): jvm/s3/pom.xml jvm/sync_jars.sh $(STAMP)
+	jvm/sync_jars.sh $(VENV)/bin/python jvm/s3/pom.xml .jvm/s3
 	touch $@
 
 # PostgreSQL's server (Debian's package), for the shared-metastore tests and `featurehouse cluster up`:
