@@ -1,12 +1,13 @@
-"""Label-join throughput: `featurehouse label-join` against the same join without checks, in one run.
+"""Label-join cost against size: `featurehouse label-join` against a plain Spark job, DuckDB and Polars, in one run.
 
-    .venv/bin/python bench/label_join.py --impressions 200000 1000000      # the issue's two sizes
-    .venv/bin/python bench/label_join.py --impressions 20000 --runs 3      # a quick look
+    .venv/bin/python bench/label_join.py --impressions 25000 50000 100000     # the suite's sizes
+    .venv/bin/python bench/label_join.py --impressions 20000 --runs 3         # a quick look
 
 For each size, one day of logs is generated first (``featurehouse generate``: the demo's ``ads``
 registry, about 3 KB of JSON per impression, 1% duplicates, labels over the next 3 days). Then,
-on the same files, each contender is timed ``--runs`` times after one warm-up run, in an order
-that rotates from round to round; the median counts and min and max are printed:
+on the same files, each contender runs ``--runs`` times in rounds whose order rotates, after one
+warm-up round at the first size (it starts the JVM's JIT and the engines' caches); the median
+counts, printed with min and max:
 
 * **(a) featurehouse**: ``etl.label_join.run`` as ``featurehouse label-join`` runs it: parse,
   quarantine, dedup, label join, the quality gate (Great Expectations) and one Delta commit
@@ -15,57 +16,47 @@ that rotates from round to round; the median counts and min and max are printed:
   with the registry's schema (``spark.read.json``), dedup with a window, join the labels inside
   their windows, one Delta write. No quarantine, no line numbers, no gate, no counts.
 * **(c) DuckDB** (peer): the same join in DuckDB SQL from the same JSON files to one Parquet file
-  (2 threads). It skips the two derived features whose Spark SQL expressions DuckDB lacks.
+  (2 threads).
+* **(d) Polars** (peer): the same join with Polars' lazy API, streamed into one Parquet file.
+
+(c) and (d) skip the two derived features whose Spark SQL expressions they lack; on the same
+files their rows and labels equal each other's (checked by hand, not in every run).
 
 (a) and (b) share one local Spark session (``local[*]``, the embedded defaults), started and
-warmed before any clock runs, so neither pays Spark's start-up; (c) runs in this process.
-Printed: seconds and rows/s (impression records read per second), the ratios (a)/(b) and (b)/(c),
-(a)'s steps from its progress lines, the Spark jobs each launched, and peak resident memory
-(the JVM's for (a) and (b), reset before each run: a JVM keeps the heap it grew, so this bounds
-the run's need from above; this process's for (c)).
+warmed before any clock runs; (c) and (d) run in this process. **Start-up** is measured apart,
+once (it does not depend on the size), in rounds of its own: a fresh Python process that starts
+the engine and runs one trivial query (for (a) a Spark session with Delta and the embedded
+metastore, which its first catalog call opens; for (b) the session alone; for (c) and (d) the
+import and one query). "With start-up" adds start-up round i to run i at every size.
+
+Printed: seconds and rows/s (impression records read per second), the ratios to (a) round by
+round, (a)'s steps from its progress lines, the Spark jobs (a) and (b) launched, and peak
+resident memory of the process doing the work (the JVM's for (a) and (b), this process's for (c)
+and (d)), reset before each run to its current size: a JVM keeps the heap it grew, so for (a)
+and (b) it bounds the run's need from above, and for (c) and (d) it includes this process's own
+footprint (its resident size just before the run is printed beside it).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import datetime as dt
+import os
 import shutil
-import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import figure, peak_mib, ratio, reset_peak, rounds, rss_mib, say, spread  # noqa: E402
+
 DS = dt.date(2026, 11, 1)
-
-
-@dataclass
-class Timings:
-    seconds: list[float] = field(default_factory=list)
-    peak_mib: list[float] = field(default_factory=list)
-    jobs: list[int] = field(default_factory=list)
-    steps: list[dict[str, float]] = field(default_factory=list)
-    rows: int = 0
-
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-
-def reset_peak(pid: int) -> None:
-    """Reset the peak resident set size (VmHWM) of ``pid`` to its current size (Linux clear_refs 5)."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-    except OSError:
-        pass
-
-
-def peak_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 # --------------------------------------------------------------------------- (b) the plain Spark job
@@ -135,7 +126,8 @@ def duckdb_join(registry, landing: Path, out: Path) -> int:
     }  # fmt: skip
     columns = ("{impression_id: 'VARCHAR', user_id: 'BIGINT', item_id: 'BIGINT', event_time: 'VARCHAR', "
                + ", ".join(f"{c}: '{t}'" for c, t in maps.items()) + "}")  # fmt: skip
-    label_files = [str(landing / "labels" / f"ds={d}" / "*" / "*.jsonl") for d in label_days(DS, registry.max_window)]
+    label_files = sorted(str(p) for d in label_days(DS, registry.max_window)
+                         for p in (landing / "labels" / f"ds={d}").glob("*/*.jsonl"))  # fmt: skip
     positives = ", ".join(
         f"max(CASE WHEN l.label_type = '{label.name}' AND epoch_us(l.t) - epoch_us(i.t) BETWEEN 0 AND "
         f"{label.window // dt.timedelta(microseconds=1)} THEN 1 ELSE 0 END) AS {label.column}"
@@ -168,7 +160,84 @@ def duckdb_join(registry, landing: Path, out: Path) -> int:
     return _RECORDS[str(landing)]
 
 
+# --------------------------------------------------------------------------- (d) Polars
+
+
+def polars_join(registry, landing: Path, out: Path) -> int:
+    """The same join with Polars' lazy API (its streaming engine), from the JSON files to one Parquet file."""
+    import polars as pl
+
+    from etl.landing import label_days
+    from schemas.registry import Kind
+    from schemas.spark import FEATURE_MAPS
+
+    ds = DS.isoformat()
+    value = {Kind.DENSE: pl.Float64, Kind.SPARSE: pl.List(pl.Int64),
+             Kind.WEIGHTED_SPARSE: pl.List(pl.Struct({"id": pl.Int64, "weight": pl.Float64}))}  # fmt: skip
+    maps = {column: pl.Struct({k: value[kind] for k in sorted(
+                {k for f in registry.logged_features if f.kind is kind for k in f.log_keys})})
+            for kind, column in FEATURE_MAPS.items()}  # fmt: skip
+    schema = {"impression_id": pl.String, "user_id": pl.Int64, "item_id": pl.Int64, "event_time": pl.String, **maps}
+    utc = pl.col("event_time").str.to_datetime(time_zone="UTC", time_unit="us")
+    raw = (pl.scan_ndjson(sorted(str(p) for p in (landing / "impressions" / f"ds={ds}").glob("*/*.jsonl")),
+                          schema=schema, include_file_paths="filename")
+           .with_columns(utc.alias("t")).with_row_index("row"))  # fmt: skip
+    # dedup on the narrow columns only: the first copy by (event time, file) of each impression id
+    first = raw.select("row", "impression_id", "t", "filename").sort("t", "filename").unique(
+        "impression_id", keep="first").select("row")
+    impressions = raw.join(first, on="row", how="semi")
+    label_files = sorted(str(p) for d in label_days(DS, registry.max_window)
+                         for p in (landing / "labels" / f"ds={d}").glob("*/*.jsonl"))  # fmt: skip
+    labels = pl.scan_ndjson(label_files, schema={"impression_id": pl.String, "label_type": pl.String,
+                                                 "event_time": pl.String}).with_columns(utc.alias("lt"))  # fmt: skip
+    delay = (pl.col("lt") - pl.col("t")).dt.total_microseconds()
+    positives = impressions.select("impression_id", "t").join(labels, on="impression_id").group_by(
+        "impression_id").agg(*[
+        ((pl.col("label_type") == label.name) & delay.is_between(0, label.window // dt.timedelta(microseconds=1)))
+        .any().cast(pl.Int32).alias(label.column) for label in registry.labels])  # fmt: skip
+
+    def logged(f) -> pl.Expr:
+        fields = [pl.col(FEATURE_MAPS[f.kind]).struct.field(k) for k in f.log_keys]
+        kept = pl.coalesce(fields) if len(fields) > 1 else fields[0]
+        return (kept.cast(pl.Float32) if f.kind is Kind.DENSE and f.dtype.value == "float32" else kept).alias(f.name)
+
+    rows = impressions.join(positives, on="impression_id", how="left").select(
+        "impression_id", "user_id", "item_id", pl.col("t").alias("event_time"),
+        *[pl.col(c).fill_null(0) for c in registry.label_columns],
+        *[logged(f) for f in registry.logged_features if f.populated_on(DS)], pl.lit(ds).alias("ds"))  # fmt: skip
+    rows.sink_parquet(out, compression="snappy")
+    return _RECORDS[str(landing)]
+
+
+# --------------------------------------------------------------------------- start-up
+
+#: What a fresh process runs to start each engine: imports, session, one trivial query.
+STARTUP = {
+    "a": "from warehouse.session import spark_session\n"
+         "with spark_session(HOME, conf={'spark.ui.enabled': 'false'}) as spark:\n"
+         "    spark.sql('SHOW DATABASES').collect()",
+    "b": "from warehouse.session import spark_session\n"
+         "with spark_session(HOME, conf={'spark.ui.enabled': 'false'}) as spark:\n"
+         "    spark.range(1).count()",
+    "c": "import duckdb\nduckdb.connect().execute('SELECT 1').fetchall()",
+    "d": "import polars as pl\npl.select(pl.lit(1)).to_series().to_list()",
+}
+
+
+def startup(key: str, home: Path) -> dict:
+    """Seconds for a fresh Python process to start contender ``key``'s engine and run one trivial query."""
+    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path; HOME = Path({str(home)!r})\n"
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code + STARTUP[key]], capture_output=True, text=True)
+    seconds = time.perf_counter() - began
+    if done.returncode:
+        raise RuntimeError(f"start-up probe of ({key}) failed: {done.stderr.strip()[-500:]}")
+    return {"seconds": seconds}
+
+
 # --------------------------------------------------------------------------- the run
+
+NAMES = {"a": "featurehouse label-join", "b": "Spark, no checks", "c": "DuckDB", "d": "Polars"}
 
 
 def _steps(say_log: list[tuple[float, str]], end: float) -> dict[str, float]:
@@ -180,102 +249,128 @@ def _steps(say_log: list[tuple[float, str]], end: float) -> dict[str, float]:
     return steps
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--impressions", type=int, nargs="+", default=[200_000, 1_000_000], help="day sizes to run")
-    parser.add_argument("--runs", type=int, default=3, help="timed runs of each contender, after one warm-up")
-    parser.add_argument("--home", type=Path, default=None, help="a fresh folder for the run (default: a temp dir)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["a", "b", "c"], help="contenders to leave out")
-    ns = parser.parse_args()
+def section(work: Path, *, sizes: tuple[int, ...] = (25_000, 50_000, 100_000), runs: int = 3,
+            skip: tuple[str, ...] = (), startup_too: bool = True) -> dict:  # fmt: skip
+    """Every contender at every size (see the module's doc); the figures as one dict.
 
+    ``startup_too=False`` leaves the start-up rounds out (``featurehouse bench --quick``: a Spark start costs
+    20-40 s here, and 4 rounds of 2 of them are most of a quick run's budget)."""
     from etl import generate, label_join
     from etl.landing import Landing, read_impressions
     from schemas.registry import load_dataset
     from warehouse.session import spark_session
 
-    home = ns.home or Path(tempfile.mkdtemp(prefix="label_join_bench_"))
-    home.mkdir(parents=True, exist_ok=True)
     registry = load_dataset("ads")
-    results: dict[int, dict[str, Timings]] = {}
-    with spark_session(home / "spark", conf={"spark.ui.enabled": "false"}) as spark:
+    keys = [k for k in NAMES if k not in skip]
+    out: dict = {"sizes": list(sizes), "contenders": {k: NAMES[k] for k in keys}, "by_size": {}}
+    with spark_session(work / "spark", conf={"spark.ui.enabled": "false"}) as spark:
         sc = spark.sparkContext
-        jvm_pid = int(sc._gateway.proc.pid) if getattr(sc._gateway, "proc", None) else None
-        spark.range(1000).count()  # start the executors before any clock runs
-        for size in ns.impressions:
-            data = home / f"logs_{size}"
+        jvm_pid = int(sc._gateway.proc.pid) if getattr(sc._gateway, "proc", None) else os.getpid()
+        spark.range(1000).count()  # the executors start before any clock runs
+        started: dict[str, list[dict]] = {}
+        if startup_too:
+            say("label join: start-up of each engine in a fresh process (once: it does not depend on the size)")
+            started = rounds({f"start-up {k}": (lambda k=k: startup(k, work / "probe")) for k in keys}, runs,
+                             label="label join: ")  # fmt: skip
+        for index, size in enumerate(sizes):
+            data = work / f"logs_{size}"
             if not (data / "landing" / "impressions" / f"ds={DS}").exists():
-                began = time.perf_counter()
+                say(f"label join: generating one day of {size:,} impressions")
                 generate.run(generate.GenerateConfig(home=data, days=1, impressions_per_day=size, start=DS))
-                print(f"generated {size:,} impressions in {time.perf_counter() - began:.1f}s", flush=True)
             landing = data / "landing"
             _RECORDS[str(landing)] = read_impressions(spark, Landing(str(landing)), [DS]).count()
             log: list[tuple[float, str]] = []
-            config = label_join.LabelJoinConfig(dataset="ads", ds=DS, home=home / "spark", landing=str(landing))
-
-            jobs_of_a: list[int] = []
+            config = label_join.LabelJoinConfig(dataset="ads", ds=DS, home=work / "spark", landing=str(landing))
 
             def a() -> int:
                 log.clear()
                 summary = label_join.run(spark, config, progress=lambda m: log.append((time.perf_counter(), m)))
-                jobs_of_a.append(getattr(summary, "spark_jobs", None))  # the run counts its own jobs (its own job group)
                 return summary.impressions_read
 
-            contenders: dict[str, Callable[[], int]] = {
-                "(a) featurehouse label-join": a,
-                "(b) Spark, no checks": lambda: spark_plain(spark, registry, landing, home / f"plain_{size}"),
-                "(c) DuckDB": lambda: duckdb_join(registry, landing, home / f"duck_{size}.parquet"),
-            }
-            contenders = {k: v for k, v in contenders.items() if k[1] not in ns.skip}
-            timings = {name: Timings() for name in contenders}
-            names = list(contenders)
-            for round_ in range(ns.runs + 1):
-                order = names[round_ % len(names):] + names[: round_ % len(names)]
-                for name in order:
-                    pid = jvm_pid if name[1] in "ab" and jvm_pid else os.getpid()
+            jobs = {"a": a, "b": lambda: spark_plain(spark, registry, landing, work / f"plain_{size}"),
+                    "c": lambda: duckdb_join(registry, landing, work / f"duck_{size}.parquet"),
+                    "d": lambda: polars_join(registry, landing, work / f"polars_{size}.parquet")}  # fmt: skip
+
+            def timed(key: str) -> Callable[[], dict]:
+                def run() -> dict:
+                    pid = jvm_pid if key in "ab" else os.getpid()
+                    before = rss_mib(pid)
                     reset_peak(pid)
-                    group = f"bench-{size}-{round_}-{name[1]}"
-                    sc.setJobGroup(group, name)
+                    group = f"bench-{size}-{key}-{time.monotonic_ns()}"
+                    sc.setJobGroup(group, NAMES[key])
                     began = time.perf_counter()
-                    rows = contenders[name]()
+                    rows = jobs[key]()
                     seconds = time.perf_counter() - began
-                    jobs = len(sc.statusTracker().getJobIdsForGroup(group))
-                    if name.startswith("(a)") and jobs_of_a[-1] is not None:
-                        jobs = jobs_of_a[-1]
-                    print(f"  {size:,} {'warm-up' if round_ == 0 else f'run {round_}'}: {name} {seconds:.1f}s", flush=True)
-                    if round_ == 0:
-                        continue
-                    t = timings[name]
-                    t.seconds.append(seconds)
-                    t.peak_mib.append(peak_mib(pid))
-                    t.jobs.append(jobs)
-                    t.rows = rows
-                    if name.startswith("(a)"):
-                        t.steps.append(_steps(log, began + seconds))
-            results[size] = timings
-            report(size, timings)
+                    result = {"seconds": seconds, "rows": rows, "peak_mib": peak_mib(pid), "rss_before_mib": before,
+                              "spark_jobs": len(sc.statusTracker().getJobIdsForGroup(group)) if key in "ab" else None}
+                    if key == "a":
+                        result["steps"] = _steps(log, began + seconds)
+                    return result
+                return run
+
+            # one warm-up round for the section, at its first size: the later sizes' files were just written
+            results = rounds({k: timed(k) for k in keys}, runs, label=f"label join {size:,}: ", warmup=index == 0)
+            results |= started  # the start-up rounds do not depend on the size: measured once, paired by round
+            by = {}
+            for k in keys:
+                with_start = [{"seconds": r["seconds"] + s["seconds"]} for r, s in
+                              zip(results[k], results.get(f"start-up {k}", results[k]), strict=True)]  # fmt: skip
+                by[k] = {"seconds": figure(results[k]), "rows_per_s": figure([{"v": r["rows"] / r["seconds"]} for r in results[k]], "v"),
+                         "peak_mib": figure(results[k], "peak_mib"), "rss_before_mib": figure(results[k], "rss_before_mib"),
+                         "rows": results[k][0]["rows"], "_runs": results[k], "_with": with_start}  # fmt: skip
+                if startup_too:
+                    by[k] |= {"with_startup": figure(with_start), "startup": figure(results[f"start-up {k}"])}
+                if k in "ab":
+                    by[k]["spark_jobs"] = figure(results[k], "spark_jobs")
+                if k == "a":
+                    steps = results[k][0]["steps"]
+                    by[k]["steps"] = {name: figure([{"v": r["steps"].get(name, 0.0)} for r in results[k]], "v")
+                                      for name in steps}  # fmt: skip
+            if "a" in by:
+                for k in keys[1:]:
+                    by[k]["a/this"] = ratio(by["a"]["_runs"], by[k]["_runs"])
+                    if startup_too:
+                        by[k]["a/this with start-up"] = ratio(by["a"]["_with"], by[k]["_with"])
+            for k in keys:
+                by[k].pop("_runs"), by[k].pop("_with")
+            out["by_size"][str(size)] = by
+            say("label join: " + report_size(size, by).splitlines()[1])
+    return out
+
+
+def report_size(size: int, by: dict) -> str:
+    lines = [f"{size:,} impressions (median [min..max] of each figure):"]
+    for k, f in by.items():
+        rel = f" (a)/({k}) {f['a/this']['median']:.2f}x" if "a/this" in f else ""
+        if "a/this with start-up" in f:
+            rel += f", with start-up {f['a/this with start-up']['median']:.2f}x"
+        start = f", with start-up {f['with_startup']['median']:.1f}s" if "with_startup" in f else ""
+        before = f" ({f['rss_before_mib']['median']:,.0f} before the run)" if "rss_before_mib" in f else ""
+        lines.append(f"  ({k}) {NAMES[k]:<24} {spread(f['seconds'], 's', 1)}{start}, {f['rows_per_s']['median']:,.0f} "
+                     f"rows/s, peak {f['peak_mib']['median']:,.0f} MiB{before}{rel}")  # fmt: skip
+    if "a" in by and "steps" in by["a"]:
+        lines.append("  (a) by step (median s): " + ", ".join(f"{n} {v['median']:.1f}" for n, v in by["a"]["steps"].items()))
+    return "\n".join(lines)
+
+
+def report(out: dict) -> str:
+    return "\n".join(report_size(int(size), by) for size, by in out["by_size"].items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--impressions", type=int, nargs="+", default=[25_000, 50_000, 100_000], help="day sizes")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs of each contender, after one warm-up")
+    parser.add_argument("--home", type=Path, default=None, help="a folder for the run (default: a temp dir)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=list(NAMES), help="contenders to leave out")
+    ns = parser.parse_args(argv)
+    home = ns.home or Path(tempfile.mkdtemp(prefix="label_join_bench_"))
+    home.mkdir(parents=True, exist_ok=True)
+    print(report(section(home, sizes=tuple(ns.impressions), runs=ns.runs, skip=tuple(ns.skip))))
     if ns.home is None:
         shutil.rmtree(home, ignore_errors=True)
-
-
-def report(size: int, timings: dict[str, Timings]) -> None:
-    print(f"\n{size:,} impressions, one day, {len(next(iter(timings.values())).seconds)} runs each (median [min..max])")
-    print(f"{'':30} {'seconds':>22} {'rows/s':>9} {'peak MiB':>9} {'Spark jobs':>11}")
-    for name, t in timings.items():
-        spread = f"{t.median():6.1f} [{min(t.seconds):5.1f}..{max(t.seconds):5.1f}]"
-        jobs = f"{statistics.median(t.jobs):.0f}" if name[1] in "ab" else "-"
-        print(f"{name:30} {spread:>22} {t.rows / t.median():9,.0f} {max(t.peak_mib):9,.0f} {jobs:>11}")
-    by = {name[1]: t for name, t in timings.items()}
-    if "a" in by and "b" in by:
-        print(f"(a)/(b) time: {by['a'].median() / by['b'].median():.2f}x (target at most 1.5x)")
-    if "b" in by and "c" in by:
-        print(f"(b)/(c) time: {by['b'].median() / by['c'].median():.2f}x")
-    if "a" in by:
-        steps = {k: statistics.median(s.get(k, 0.0) for s in by["a"].steps) for k in by["a"].steps[0]}
-        gate = sum(v for k, v in steps.items() if k in ("validating", "publishing", "refused;"))
-        print("(a) by step (median s): " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items())
-              + f"; gate (validate + publish) {gate:.1f}s = {gate / by['a'].median():.0%} of (a) (target at most 25%)")
-    print(flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
