@@ -35,6 +35,7 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -45,6 +46,7 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 from ingest.loader import ResumableLoader, SnapshotDataset  # noqa: E402
 from ingest.read import IoCounter  # noqa: E402
@@ -141,16 +143,23 @@ def to_numpy(table: pa.Table, dense: list[str], sparse: list[str]) -> int:
     return table.num_rows
 
 
-def run_pyarrow(path: Path, dense: list[str], sparse: list[str], *, all_columns: bool, threads: bool) -> dict:
-    started, rows = time.perf_counter(), 0
+def run_pyarrow(path: Path, dense: list[str], sparse: list[str], *, all_columns: bool, threads: bool,
+                counted: bool = False) -> dict:  # fmt: skip
+    """pyarrow into numpy, no transforms; ``counted``: through a file that counts the bytes read (an untimed pass)."""
+    from common import CountedFile
+
+    started, rows, handles = time.perf_counter(), 0, []
     for file in files_of(path):
-        parquet = pq.ParquetFile(file)
+        if counted:
+            handles.append(CountedFile(file, 0.0))
+        parquet = pq.ParquetFile(handles[-1] if counted else file)
         if all_columns:
             rows += to_numpy(parquet.read(use_threads=threads).select([*dense, *sparse]), dense, sparse)
         else:
             for batch in parquet.iter_batches(batch_size=65_536, columns=[*dense, *sparse], use_threads=threads):
                 rows += to_numpy(pa.Table.from_batches([batch]), dense, sparse)
-    return {"rows": rows, "seconds": time.perf_counter() - started}
+    result = {"rows": rows, "seconds": time.perf_counter() - started}
+    return result | ({"bytes": sum(h.bytes for h in handles)} if counted else {})
 
 
 def alternating_medians(peers: dict, repeat: int) -> dict[str, dict]:
@@ -187,7 +196,113 @@ def run_petastorm(python: str | None, path: Path, dense: list[str], sparse: list
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return {"not_run": f"petastorm failed: {reason[:300]}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1].removeprefix("ANSWER "))
+
+
+def section(work: Path, *, rows: int = 200_000, fractions: tuple[float, ...] = (0.01, 0.1, 0.5, 1.0), runs: int = 3,
+            petastorm_python: str | None = None, codec: str = "snappy", batch: int = 8192) -> dict:  # fmt: skip
+    """The reader against the floor, all columns and Petastorm at each share of the features (100 dense + 20 sparse)."""
+    from common import figure, ratio, rounds, say
+
+    reg = registry(100, 20)
+    path = work / f"bench_{rows}_100_20_10_{codec}"
+    say(f"reader: the bench table, {rows:,} rows ({'cached' if (path / '_delta_log').exists() else 'building'})")
+    build_table(path, rows=rows, dense=100, sparse=20, mean_length=10, codec=codec)
+    files_of(path)  # warm the imports (deltalake, pandas) outside every timing
+    out: dict = {"rows": rows, "codec": codec, "batch": batch, "features": 120, "by_fraction": {}}
+    petastorm = PetastormPeer(petastorm_python, rows) if petastorm_python else None
+    if not petastorm_python:
+        out["petastorm"] = "not run: no --petastorm-python (make bench makes .venv-petastorm)"
+    for fraction in fractions:
+        dense, sparse = job_columns(reg, fraction)
+        peers = {"a": partial(run_reader, path, reg, dense, sparse, batch, workers=0),
+                 "b": partial(run_pyarrow, path, dense, sparse, all_columns=False, threads=False),
+                 "c": partial(run_pyarrow, path, dense, sparse, all_columns=True, threads=False)}  # fmt: skip
+        if petastorm:
+            peers["d"] = partial(petastorm, path, dense, sparse, batch)
+        runs_ = rounds(peers, runs, label=f"reader {fraction:.0%}: ")
+        bytes_read = {"a": runs_["a"][0]["bytes"],
+                      "b": run_pyarrow(path, dense, sparse, all_columns=False, threads=False, counted=True)["bytes"],
+                      "c": run_pyarrow(path, dense, sparse, all_columns=True, threads=False, counted=True)["bytes"]}
+        result: dict = {"features": len(dense) + len(sparse), "requested_bytes": requested_bytes(path, [*dense, *sparse])}
+        for key, r in runs_.items():
+            if any("not_run" in x for x in r):
+                result[key] = {"not_run": next(x["not_run"] for x in r if "not_run" in x)}
+                continue
+            result[key] = {"samples_per_s": figure([{"v": x["rows"] / x["seconds"]} for x in r], "v"),
+                           "seconds": figure(r), "bytes": bytes_read.get(key)}  # fmt: skip
+            short = [x["rows"] for x in r if x["rows"] != rows]
+            if short:  # a peer that delivered fewer rows than the table has: its samples/s count what it delivered
+                result[key]["warning"] = f"{len(short)} of {len(r)} runs delivered {short} rows, not {rows:,}"
+            if key != "a":
+                result[key]["a_speedup"] = ratio(r, runs_["a"])  # this peer's time / the reader's, round by round
+        result["a"]["profile"] = sorted(runs_["a"], key=lambda x: x["seconds"])[len(runs_["a"]) // 2]["mode"]
+        out["by_fraction"][str(fraction)] = result
+    if petastorm:
+        petastorm.close()
+        out["petastorm_short_reads"] = petastorm.short  # reads that delivered fewer rows, each read again
+    return out
+
+
+def section_report(out: dict) -> str:
+    lines = [f"Reader: {out['rows']:,} rows of 100 dense + 20 sparse features ({out['codec']}), batch {out['batch']}; "
+             "samples/s median [min..max]; (a)/(x) = the reader's speed over peer x's, round by round"]  # fmt: skip
+    if out.get("petastorm_short_reads"):
+        lines.append(f"  Petastorm delivered too few rows in {len(out['petastorm_short_reads'])} read(s) "
+                     f"({out['petastorm_short_reads']} rows, not {out['rows']:,}); each was read again")  # fmt: skip
+    for fraction, r in out["by_fraction"].items():
+        lines.append(f"  {float(fraction):.0%} of the features ({r['features']}):")
+        for key in ("a", "b", "c", "d"):
+            if key not in r:
+                continue
+            if "not_run" in r[key]:
+                lines.append(f"    ({key}) {PEERS[key]:<30} not run: {r[key]['not_run']}")
+                continue
+            f = r[key]["samples_per_s"]
+            rel = f"  (a)/({key}) {r[key]['a_speedup']['median']:.2f}x" if key != "a" else ""
+            b = r[key]["bytes"]
+            warning = f"  WARNING: {r[key]['warning']}" if "warning" in r[key] else ""
+            lines.append(f"    ({key}) {PEERS[key]:<30} {f['median']:>11,.0f} [{f['min']:,.0f}..{f['max']:,.0f}] samples/s"
+                         f"{'' if b is None else f', {b / 2**20:,.1f} MiB read'}{rel}{warning}")  # fmt: skip
+    return "\n".join(lines)
+
+
+class PetastormPeer:
+    """bench/petastorm_peer.py kept running in its venv for a whole section: its start (importing torch and
+    petastorm, about 8 s) is paid once, not once a read; each call is one timed read."""
+
+    def __init__(self, python: str, rows: int | None = None) -> None:
+        self.rows, self.short = rows, []  # the table's rows; the row counts of reads that delivered fewer
+        self.errors = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: its warnings cannot fill and block it
+        self.process = subprocess.Popen([python, str(REPO / "bench" / "petastorm_peer.py")], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.errors, text=True)  # fmt: skip
+
+    def __call__(self, path: Path, dense: list[str], sparse: list[str], batch: int) -> dict:
+        """One read; one delivering fewer than the table's rows is recorded in ``short`` and read again (twice at
+        most): Petastorm 0.13's make_batch_reader now and then yields no rows at all (seen 1 read in 20 here)."""
+        for _ in range(3):
+            result = self._read(path, dense, sparse, batch)
+            if "not_run" in result or self.rows is None or result["rows"] == self.rows:
+                break
+            self.short.append(result["rows"])
+        return result
+
+    def _read(self, path: Path, dense: list[str], sparse: list[str], batch: int) -> dict:
+        request = {"files": files_of(path), "dense": dense, "sparse": sparse, "batch": batch, "pad": PAD}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        while answer and not answer.startswith("ANSWER "):  # petastorm's own prints
+            answer = self.process.stdout.readline()
+        if not answer:
+            self.errors.seek(0)
+            reason = (self.errors.read().strip().splitlines() or ["no output"])[-1]
+            return {"not_run": f"petastorm failed: {reason[:300]}"}
+        return json.loads(answer.removeprefix("ANSWER "))
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
 PEERS = {
