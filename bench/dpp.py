@@ -46,24 +46,29 @@ TRAINER_RATES = {"NVIDIA's DLRM on one A100 (Criteo 1TB, about 3M samples/s)": 3
                  "this machine's CPU trainer (the ceiling measured here)": None}  # fmt: skip
 
 
+def local_maker(setup: Setup, workers: int, epochs: int) -> Callable[[], object]:
+    """A maker of fresh in-process loaders (``workers`` DataLoader workers) over ``setup.data`` from its epoch 0."""
+    def make():
+        setup.data.epoch = 0
+        return ResumableLoader(setup.data, num_workers=workers, epochs=epochs,
+                               **({"prefetch_factor": 4} if workers else {}))  # fmt: skip
+    return make
+
+
+def dpp_maker(setup: Setup, workers: int, epochs: int) -> Callable[[], object]:
+    """A maker of fresh DPP loaders (a fixed pool of ``workers`` Ray workers) over ``setup.data`` from its epoch 0."""
+    def make():
+        setup.data.epoch = 0
+        return DppLoader(setup.data, workers=(workers, workers), epochs=epochs)
+    return make
+
+
 def contenders(setup: Setup, epochs: int) -> dict[str, Callable[[], object]]:
     """Label -> a fresh loader over ``setup.data`` from its epoch 0 that runs ``epochs`` epochs (one an iteration)."""
-    def local(workers: int):
-        def make():
-            setup.data.epoch = 0
-            return ResumableLoader(setup.data, num_workers=workers, epochs=epochs,
-                                   **({"prefetch_factor": 4} if workers else {}))  # fmt: skip
-        return make
-
-    def dpp(workers: int):
-        def make():
-            setup.data.epoch = 0
-            return DppLoader(setup.data, workers=(workers, workers), epochs=epochs)
-        return make
-
-    return {"in process, 0 DataLoader workers": local(0), "in process, 1 DataLoader worker": local(1),
-            "in process, 2 DataLoader workers": local(2), "DPP, 1 Ray worker": dpp(1),
-            "DPP, 2 Ray workers": dpp(2)}  # fmt: skip
+    return {"in process, 0 DataLoader workers": local_maker(setup, 0, epochs),
+            "in process, 1 DataLoader worker": local_maker(setup, 1, epochs),
+            "in process, 2 DataLoader workers": local_maker(setup, 2, epochs),
+            "DPP, 1 Ray worker": dpp_maker(setup, 1, epochs), "DPP, 2 Ray workers": dpp_maker(setup, 2, epochs)}
 
 
 def deliver(make: Callable[[], object], epochs: int) -> dict:
@@ -95,6 +100,58 @@ def endless(loader) -> Iterator:
 def median_of(runs: list[dict], key: str) -> tuple[float, float, float]:
     values = [r[key] for r in runs]
     return statistics.median(values), min(values), max(values)
+
+
+def section(work: Path, *, rows: int = 200_000, steps: int = 60, runs: int = 3, local_workers=(0, 1, 2),
+            dpp_workers=(1, 2), embedding_dim: int = 16, batch: int = 8192) -> dict:  # fmt: skip
+    """DLRM steps fed by the in-process reader (its batching thread, DataLoader workers) and by DPP's Ray workers,
+    against the same steps on batches already in memory: samples/s and the stall fraction against workers."""
+    import argparse
+
+    from common import figure, rounds, say
+
+    ns = argparse.Namespace(rows=rows, codec="snappy", out=work, embedding_dim=embedding_dim, batch_size=batch)
+    setup = bench_table_setup(ns)
+    device = pick_device("auto")
+    say(f"stall: {setup.describe}, {steps} steps a run on {device}")
+    memory = [b.to(device) for b in itertools.islice(endless(ResumableLoader(setup.data)), 16)]
+    train(itertools.cycle(memory), setup, device, 3)  # the allocator and kernels, before any clock
+    epochs = -(-steps // len(setup.data)) + 1  # one pipeline for all the steps
+
+    def fed_by(make):
+        def run() -> dict:
+            loader = make()
+            feed = endless(loader)
+            next(feed)  # the pipeline (or the workers) started before the clock
+            result = train(feed, setup, device, steps)
+            feed.close()
+            loader.close()
+            return result | {"seconds": result["wait"] + result["compute"]}
+        return run
+
+    feeders = {"in-memory batches (ceiling)": lambda: (r := train(itertools.cycle(memory), setup, device, steps))
+               | {"seconds": r["wait"] + r["compute"]}}  # fmt: skip
+    feeders |= {f"reader, {w} DataLoader workers": fed_by(local_maker(setup, w, epochs)) for w in local_workers}
+    feeders |= {f"DPP, {w} Ray workers": fed_by(dpp_maker(setup, w, epochs)) for w in dpp_workers}
+    with ray_session(None):
+        runs_ = rounds(feeders, runs, label="stall: ")
+    ceiling = runs_["in-memory batches (ceiling)"]
+    out: dict = {"describe": setup.describe, "device": str(device), "steps": steps, "torch_threads": torch.get_num_threads(),
+                 "feeders": {}}  # fmt: skip
+    for label, r in runs_.items():
+        out["feeders"][label] = {"samples_per_s": figure(r, "samples_per_s"), "stall": figure(r, "stall"),
+                                 "of_ceiling": figure([{"v": x["samples_per_s"] / c["samples_per_s"]}
+                                                       for x, c in zip(r, ceiling, strict=True)], "v")}  # fmt: skip
+    return out
+
+
+def section_report(out: dict) -> str:
+    lines = [f"Stall: {out['describe']}; {out['steps']} steps on {out['device']}, {out['torch_threads']} torch threads"]
+    for label, f in out["feeders"].items():
+        s, st, oc = f["samples_per_s"], f["stall"], f["of_ceiling"]
+        lines.append(f"  {label:<32} {s['median']:>9,.0f} [{s['min']:,.0f}..{s['max']:,.0f}] samples/s, stall "
+                     f"{st['median']:6.1%} [{st['min']:.1%}..{st['max']:.1%}], {oc['median']:.2f}x the ceiling")  # fmt: skip
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
