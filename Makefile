@@ -1,6 +1,8 @@
 # featurehouse: the two commands of the README, and what they need.
 #   make demo   install if needed, then run the main job end to end
 #   make test   install if needed (Airflow, Ray and PostgreSQL included: their tests always run), then run the whole test suite
+#   make bench  install if needed (Petastorm's own venv too), then the benchmark suite into bench/results/<date>/
+#               (make bench-quick: the smaller sizes)
 # Installs are stamped, so later runs neither download nor reinstall anything.
 
 PYTHON ?= python3
@@ -9,14 +11,21 @@ STAMP  := $(VENV)/.installed
 JARS   := .jvm/.resolved
 KAFKA  := .jvm/.kafka-resolved
 S3     := .jvm/.s3-resolved
+PETASTORM := .venv-petastorm/.installed
 
-.PHONY: demo test install jars s3-jars postgres clean
+.PHONY: demo test bench bench-quick install jars s3-jars postgres clean
 
 demo: install
 	$(VENV)/bin/featurehouse demo
 
 test: install postgres
 	$(VENV)/bin/pytest
+
+bench: install $(PETASTORM)
+	$(VENV)/bin/featurehouse bench
+
+bench-quick: install $(PETASTORM)
+	$(VENV)/bin/featurehouse bench --quick
 
 install: $(STAMP) $(JARS) $(KAFKA) $(S3)
 
@@ -27,7 +36,7 @@ s3-jars: $(S3)
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[dev,airflow,dpp]'
+	$(VENV)/bin/python -m pip install --quiet -e '.[dev,airflow,dpp,bench]'
 	touch $@
 
 # Delta's and Spark's Kafka connector's JVM packages from Maven Central (jvm/pom.xml), resolved once into .jvm/jars.
@@ -46,6 +55,12 @@ $(S3): jvm/s3/pom.xml jvm/sync_jars.sh $(STAMP)
 	jvm/sync_jars.sh $(VENV)/bin/python jvm/s3/pom.xml .jvm/s3
 	touch $@
 
+# Petastorm, the reader benchmark's peer, in its own venv: it pins pyarrow < 15, which this project cannot use.
+$(PETASTORM):
+	test -x .venv-petastorm/bin/python || $(PYTHON) -m venv .venv-petastorm
+	.venv-petastorm/bin/python -m pip install --quiet petastorm torch "pyarrow==14.0.2" "numpy<2" "pandas<2.2"
+	touch $@
+
 # PostgreSQL's server (Debian's package), for the shared-metastore tests and `featurehouse cluster up`:
 # installed only where it is missing, and only as root (apt-get); elsewhere tests/test_cluster.py skips, saying why.
 postgres:
@@ -54,4 +69,4 @@ postgres:
 	  echo "note: PostgreSQL is not installed and cannot be installed here (not root); the cluster tests will skip"
 
 clean:
-	rm -rf $(VENV) .jvm data
+	rm -rf $(VENV) .venv-petastorm .jvm data

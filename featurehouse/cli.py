@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sql": ("warehouse.sql", "run Spark SQL against the warehouse metastore and print the result"),
     "cluster": ("featurehouse.cluster", "up|down|status: a Spark standalone cluster, PostgreSQL metastore and Thrift server here"),
     "metastore": ("warehouse.metastore", "init: make a shared (PostgreSQL) metastore's schema, once"),
+    "bench": ("featurehouse.bench", "the benchmark suite against peers (Spark, DuckDB, Polars, pyarrow, Petastorm); --quick"),
     "spark-args": ("featurehouse.spark_args", "print spark-sql/spark-submit arguments that reach the same warehouse"),
 }
 
