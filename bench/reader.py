@@ -278,9 +278,9 @@ class PetastormPeer:
                                         stdout=subprocess.PIPE, stderr=self.errors, text=True)  # fmt: skip
 
     def __call__(self, path: Path, dense: list[str], sparse: list[str], batch: int) -> dict:
-        """One read; one delivering fewer than the table's rows is recorded in ``short`` and read again (twice at
-        most): Petastorm 0.13's make_batch_reader now and then yields no rows at all (seen 1 read in 20 here)."""
-        for _ in range(3):
+        """One read; one delivering fewer than the table's rows is recorded in ``short`` and read again (4 times at
+        most): Petastorm 0.13's make_batch_reader now and then yields no rows at all (up to 1 read in 4 here)."""
+        for _ in range(5):
             result = self._read(path, dense, sparse, batch)
             if "not_run" in result or self.rows is None or result["rows"] == self.rows:
                 break

@@ -281,6 +281,36 @@ def _met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
+def at_a_glance(results: dict) -> list[str]:
+    """Compact Markdown tables of the main comparisons (the README shows them): medians, ratios round by round."""
+    s, lines = results["sections"], []
+    if "by_size" in s.get("etl", {}):
+        keys = [k for k in ETL_NAMES if k in next(iter(s["etl"]["by_size"].values()))]
+        lines += ["| label join, one day of | " + " | ".join(ETL_NAMES[k] for k in keys) + " |",
+                  "|---" * (len(keys) + 1) + "|"]  # fmt: skip
+        for size, by in s["etl"]["by_size"].items():
+            cells = [f"{by['a']['seconds']['median']:.1f} s" + (f" ({by['a']['with_startup']['median']:.1f} s with start-up)"
+                                                                 if "with_startup" in by["a"] else "")]  # fmt: skip
+            for k in keys[1:]:
+                start = f", {by[k]['a/this with start-up']['median']:.2f}x with start-ups" if "a/this with start-up" in by[k] else ""
+                cells.append(f"{by[k]['seconds']['median']:.1f} s: featurehouse takes {by[k]['a/this']['median']:.2f}x{start}")
+            lines.append(f"| {int(size):,} impressions | " + " | ".join(cells) + " |")
+        lines += ["", "Each peer's cell: its time, and featurehouse's time over it (the median of the rounds' ratios; "
+                  "with start-ups: each engine's start in a fresh process added to both).", ""]  # fmt: skip
+    if "by_fraction" in s.get("reader", {}):
+        keys = [k for k in READER_NAMES if k in next(iter(s["reader"]["by_fraction"].values()))]
+        lines += ["| reader, share of 120 features | " + " | ".join(READER_NAMES[k] for k in keys) + " |",
+                  "|---" * (len(keys) + 1) + "|"]  # fmt: skip
+        for fraction, r in s["reader"]["by_fraction"].items():
+            cells = [f"{r['a']['samples_per_s']['median']:,.0f} samples/s"]
+            cells += [f"{r[k]['samples_per_s']['median']:,.0f}: featurehouse {r[k]['a_speedup']['median']:.2f}x" if "a_speedup" in r[k]
+                      else "not run" for k in keys[1:]]  # fmt: skip
+            lines.append(f"| {float(fraction):.0%} | " + " | ".join(cells) + " |")
+        lines += ["", "Each peer's cell: its samples/s, and featurehouse's samples/s over it (the median of the rounds' "
+                  "ratios). The floor only decodes the columns into numpy: no transforms, shuffle or batches.", ""]  # fmt: skip
+    return lines
+
+
 def markdown(results: dict, plots: list[str]) -> str:
     m = results["machine"]
     lines = [f"# featurehouse bench ({results['mode']}), {results['date']}", "",
@@ -292,12 +322,15 @@ def markdown(results: dict, plots: list[str]) -> str:
              + (" --quick" if results["mode"] == "quick" else "") + f"` in {results['wall_s']['total'] / 60:.1f} min "
              "(" + ", ".join(f"{k} {v:.0f} s" for k, v in results["wall_s"].items() if k != "total") + "). "
              "Every figure is in `results.json`.", "",
+             "## At a glance", "", *at_a_glance(results), "## Every comparison", "",
              "| what | featurehouse | peer | featurehouse against the peer, median [min..max] of the rounds |", "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in headline(results)]
     tgt = targets(results)
     if tgt:
         lines += ["", "## Targets set by earlier issues", "", "| target | set in | measured | |", "|---|---|---|---|"]
         lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in tgt]
+    if results.get("notes"):
+        lines += ["", "## Notes on this run", ""] + [f"- {note}" for note in results["notes"]]
     failed = [k for k, v in results["sections"].items() if "failed" in v]
     if failed:
         lines += ["", "## Sections that failed", ""] + [f"- {k}: `{results['sections'][k]['failed'][-300:]}`"

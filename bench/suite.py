@@ -42,8 +42,8 @@ SECTIONS = ("etl", "reader", "stall", "commits", "column_order")
 PLANS: dict[str, dict[str, dict]] = {
     "quick": {
         "etl": {"sizes": [2_000], "startup_too": False},
-        "reader": {"rows": 30_000},
-        "stall": {"rows": 30_000, "steps": 8, "local_workers": [0, 2], "dpp_workers": [1]},
+        "reader": {"rows": 20_000},
+        "stall": {"rows": 20_000, "steps": 6, "local_workers": [0, 2], "dpp_workers": [1]},
         "commits": {"commit_counts": [20, 200], "rows": 500},
         "column_order": {"rows": 40_000},
     },
