@@ -1,6 +1,6 @@
 """Label-join cost against size: `featurehouse label-join` against a plain Spark job, DuckDB and Polars, in one run.
 
-    .venv/bin/python bench/label_join.py --impressions 25000 50000 100000     # the suite's sizes
+    .venv/bin/python bench/label_join.py --impressions 20000 40000 80000      # the full suite's sizes
     .venv/bin/python bench/label_join.py --impressions 20000 --runs 3         # a quick look
 
 For each size, one day of logs is generated first (``featurehouse generate``: the demo's ``ads``
@@ -249,7 +249,7 @@ def _steps(say_log: list[tuple[float, str]], end: float) -> dict[str, float]:
     return steps
 
 
-def section(work: Path, *, sizes: tuple[int, ...] = (25_000, 50_000, 100_000), runs: int = 3,
+def section(work: Path, *, sizes: tuple[int, ...] = (20_000, 40_000, 80_000), runs: int = 3,
             skip: tuple[str, ...] = (), startup_too: bool = True) -> dict:  # fmt: skip
     """Every contender at every size (see the module's doc); the figures as one dict.
 
@@ -282,9 +282,12 @@ def section(work: Path, *, sizes: tuple[int, ...] = (25_000, 50_000, 100_000), r
             log: list[tuple[float, str]] = []
             config = label_join.LabelJoinConfig(dataset="ads", ds=DS, home=work / "spark", landing=str(landing))
 
+            jobs_of_a: list[int] = []
+
             def a() -> int:
                 log.clear()
                 summary = label_join.run(spark, config, progress=lambda m: log.append((time.perf_counter(), m)))
+                jobs_of_a.append(summary.spark_jobs)  # the run counts its own jobs, in a job group of its own
                 return summary.impressions_read
 
             jobs = {"a": a, "b": lambda: spark_plain(spark, registry, landing, work / f"plain_{size}"),
@@ -302,7 +305,8 @@ def section(work: Path, *, sizes: tuple[int, ...] = (25_000, 50_000, 100_000), r
                     rows = jobs[key]()
                     seconds = time.perf_counter() - began
                     result = {"seconds": seconds, "rows": rows, "peak_mib": peak_mib(pid), "rss_before_mib": before,
-                              "spark_jobs": len(sc.statusTracker().getJobIdsForGroup(group)) if key in "ab" else None}
+                              "spark_jobs": jobs_of_a[-1] if key == "a" else
+                              len(sc.statusTracker().getJobIdsForGroup(group)) if key == "b" else None}  # fmt: skip
                     if key == "a":
                         result["steps"] = _steps(log, began + seconds)
                     return result
@@ -346,8 +350,9 @@ def report_size(size: int, by: dict) -> str:
             rel += f", with start-up {f['a/this with start-up']['median']:.2f}x"
         start = f", with start-up {f['with_startup']['median']:.1f}s" if "with_startup" in f else ""
         before = f" ({f['rss_before_mib']['median']:,.0f} before the run)" if "rss_before_mib" in f else ""
+        jobs = f", {f['spark_jobs']['median']:.0f} Spark jobs" if f.get("spark_jobs", {}).get("median") else ""
         lines.append(f"  ({k}) {NAMES[k]:<24} {spread(f['seconds'], 's', 1)}{start}, {f['rows_per_s']['median']:,.0f} "
-                     f"rows/s, peak {f['peak_mib']['median']:,.0f} MiB{before}{rel}")  # fmt: skip
+                     f"rows/s, peak {f['peak_mib']['median']:,.0f} MiB{before}{jobs}{rel}")  # fmt: skip
     if "a" in by and "steps" in by["a"]:
         lines.append("  (a) by step (median s): " + ", ".join(f"{n} {v['median']:.1f}" for n, v in by["a"]["steps"].items()))
     return "\n".join(lines)
@@ -359,7 +364,7 @@ def report(out: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--impressions", type=int, nargs="+", default=[25_000, 50_000, 100_000], help="day sizes")
+    parser.add_argument("--impressions", type=int, nargs="+", default=[20_000, 40_000, 80_000], help="day sizes")
     parser.add_argument("--runs", type=int, default=3, help="timed runs of each contender, after one warm-up")
     parser.add_argument("--home", type=Path, default=None, help="a folder for the run (default: a temp dir)")
     parser.add_argument("--skip", nargs="*", default=[], choices=list(NAMES), help="contenders to leave out")
