@@ -322,6 +322,9 @@ def markdown(results: dict, plots: list[str]) -> str:
              + (" --quick" if results["mode"] == "quick" else "") + f"` in {results['wall_s']['total'] / 60:.1f} min "
              "(" + ", ".join(f"{k} {v:.0f} s" for k, v in results["wall_s"].items() if k != "total") + "). "
              "Every figure is in `results.json`.", "",
+             "Sizes: " + "; ".join(f"{k} " + ", ".join(f"{p} {v}" for p, v in sec.get("params", {}).items()
+                                                   if p != "petastorm_python")
+                                   for k, sec in results["sections"].items()) + ".", "",
              "## At a glance", "", *at_a_glance(results), "## Every comparison", "",
              "| what | featurehouse | peer | featurehouse against the peer, median [min..max] of the rounds |", "|---|---|---|---|"]  # fmt: skip
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in headline(results)]
