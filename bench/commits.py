@@ -23,6 +23,7 @@ Every figure is the median of ``--runs`` runs after a warm-up, with min and max.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -121,8 +122,6 @@ def section(work: Path, *, commit_counts: tuple[int, ...] = (20, 200), rows: int
         bulk = work / "bulk"
 
         def one_commit() -> dict:
-            import shutil
-
             shutil.rmtree(bulk, ignore_errors=True)
             began = time.perf_counter()
             append(bulk, all_rows)

@@ -315,15 +315,15 @@ def section(work: Path, *, sizes: tuple[int, ...] = (20_000, 40_000, 80_000), ru
             # one warm-up round for the section, at its first size: the later sizes' files were just written
             results = rounds({k: timed(k) for k in keys}, runs, label=f"label join {size:,}: ", warmup=index == 0)
             results |= started  # the start-up rounds do not depend on the size: measured once, paired by round
+            with_start = {k: [{"seconds": r["seconds"] + s["seconds"]} for r, s in
+                              zip(results[k], results[f"start-up {k}"], strict=True)] for k in keys} if startup_too else {}
             by = {}
             for k in keys:
-                with_start = [{"seconds": r["seconds"] + s["seconds"]} for r, s in
-                              zip(results[k], results.get(f"start-up {k}", results[k]), strict=True)]  # fmt: skip
                 by[k] = {"seconds": figure(results[k]), "rows_per_s": figure([{"v": r["rows"] / r["seconds"]} for r in results[k]], "v"),
                          "peak_mib": figure(results[k], "peak_mib"), "rss_before_mib": figure(results[k], "rss_before_mib"),
-                         "rows": results[k][0]["rows"], "_runs": results[k], "_with": with_start}  # fmt: skip
+                         "rows": results[k][0]["rows"]}  # fmt: skip
                 if startup_too:
-                    by[k] |= {"with_startup": figure(with_start), "startup": figure(results[f"start-up {k}"])}
+                    by[k] |= {"with_startup": figure(with_start[k]), "startup": figure(results[f"start-up {k}"])}
                 if k in "ab":
                     by[k]["spark_jobs"] = figure(results[k], "spark_jobs")
                 if k == "a":
@@ -332,11 +332,9 @@ def section(work: Path, *, sizes: tuple[int, ...] = (20_000, 40_000, 80_000), ru
                                       for name in steps}  # fmt: skip
             if "a" in by:
                 for k in keys[1:]:
-                    by[k]["a/this"] = ratio(by["a"]["_runs"], by[k]["_runs"])
+                    by[k]["a/this"] = ratio(results["a"], results[k])
                     if startup_too:
-                        by[k]["a/this with start-up"] = ratio(by["a"]["_with"], by[k]["_with"])
-            for k in keys:
-                by[k].pop("_runs"), by[k].pop("_with")
+                        by[k]["a/this with start-up"] = ratio(with_start["a"], with_start[k])
             out["by_size"][str(size)] = by
             say("label join: " + report_size(size, by).splitlines()[1])
     return out
