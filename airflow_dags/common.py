@@ -188,6 +188,15 @@ def landing_ready(stream: str, context: Mapping[str, Any]) -> PokeReturnValue:
     return PokeReturnValue(is_done=not missing, xcom_value=partitions)
 
 
+def job_script(job: str) -> Path:
+    """The file spark-submit runs for ``job``, a featurehouse command with ``_`` for ``-`` (``label_join``:
+    ``etl/label_join.py``, ``stream``: ``etl/stream/job.py``): the module the CLI runs for that command
+    (``featurehouse.cli.COMMANDS``), as a path in this repo."""
+    from featurehouse.cli import COMMANDS
+
+    return REPO_ROOT.joinpath(*COMMANDS[job.replace("_", "-")][0].split(".")).with_suffix(".py")
+
+
 def _error_line(output: str) -> str | None:
     """The featurehouse job's own ``error: ...`` line in spark-submit's output, if it printed one."""
     lines = [line.strip() for line in output.splitlines() if line.strip().startswith("error: ")]
@@ -195,7 +204,7 @@ def _error_line(output: str) -> str | None:
 
 
 class FeaturehouseSubmit(SparkSubmitOperator):
-    """spark-submit of one featurehouse job (``etl/<job>.py``: the module the CLI runs) on the warehouse.
+    """spark-submit of one featurehouse command (the module the CLI runs for it, see :func:`job_script`) on the warehouse.
 
     At run time it adds what the embedded set-up needs (``featurehouse spark-args``: Delta's jars,
     the metastore, the warehouse folder), the Variables' Spark settings (also passed to the job as
@@ -210,7 +219,7 @@ class FeaturehouseSubmit(SparkSubmitOperator):
                  **kwargs: Any) -> None:  # fmt: skip
         kwargs.setdefault("pool", SPARK_POOL)
         super().__init__(
-            application=str(REPO_ROOT / "etl" / f"{job}.py"),
+            application=str(job_script(job)),
             application_args=application_args,
             conn_id=SPARK_CONN_ID,
             name=f"featurehouse-{job}",

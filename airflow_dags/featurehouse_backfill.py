@@ -4,7 +4,7 @@
     airflow dags trigger featurehouse_backfill --conf '{"dataset": "ads", "feature": "item_ctr_7d_log",
                                                         "start": "2026-11-01", "end": "2026-11-05"}'
 
-* With ``feature``: ``spark-submit etl/backfill.py``, which fills that derived feature into the
+* With ``feature``: ``spark-submit etl/maintenance/backfill.py``, which fills that derived feature into the
   range's partitions, one verified Delta commit each (partitions already filled are skipped).
 * Without: the label join is run again for every ds of the range (one mapped task per ds, each
   replacing its partition), then the catalog statistics of the range are refreshed.

@@ -1,6 +1,6 @@
 """``featurehouse_retention``: drop partitions older than each dataset's retention, then vacuum.
 
-``spark-submit etl/retention.py --as-of DS --dry-run|--apply``: every dataset whose registry sets
+``spark-submit etl/maintenance/retention.py --as-of DS --dry-run|--apply``: every dataset whose registry sets
 ``retention`` (e.g. ``retention: 365d``) loses the partitions of its feature and quarantine tables
 older than the ds minus that. By default it only lists what it would remove; a run triggered with
 ``{"dry_run": false}``, or every run once the Variable ``featurehouse_retention_apply`` is "true",

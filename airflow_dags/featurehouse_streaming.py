@@ -1,6 +1,6 @@
 """``featurehouse_streaming``: every hour, the available-now stream catches up with what has landed.
 
-``spark-submit etl/stream.py --dataset D --source files --trigger available-now``: it joins the
+``spark-submit etl/stream/job.py --dataset D --source files --trigger available-now``: it joins the
 files that arrived since the last run (exactly once, by its checkpoint), publishes the days whose
 windows have closed through the quality gate, and stops. One run at a time; a missed hour is not
 caught up separately (the next run reads everything new).

@@ -38,7 +38,7 @@ import numpy as np
 
 def reference_parse(path: Path, days: int, out: Path) -> int:
     """The DLRM reference's way: a Python loop over lines into numpy arrays, one npz per day."""
-    from etl.criteo_import import split_sizes
+    from etl.criteo.importer import split_sizes
 
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:
@@ -85,8 +85,8 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=None, help="a fresh folder for the run (default: a temp dir)")
     ns = parser.parse_args()
 
-    from etl import criteo_import
-    from etl.criteo_sample import write_sample
+    from etl.criteo import importer as criteo_import
+    from etl.criteo.sample import write_sample
     from warehouse.session import spark_session
 
     home = ns.home or Path(tempfile.mkdtemp(prefix="criteo_bench_"))

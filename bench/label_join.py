@@ -67,7 +67,7 @@ def spark_plain(spark, registry, landing: Path, out: Path) -> int:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from etl.landing import label_days
+    from etl.records.landing import label_days
     from schemas.spark import FEATURE_MAPS, feature_type, impression_record_schema, label_event_schema
 
     ds = DS.isoformat()
@@ -115,7 +115,7 @@ def duckdb_join(registry, landing: Path, out: Path) -> int:
     """The same join in DuckDB SQL, from the JSON files to one Parquet file."""
     import duckdb
 
-    from etl.landing import label_days
+    from etl.records.landing import label_days
     from schemas.spark import FEATURE_MAPS
 
     ds = DS.isoformat()
@@ -167,7 +167,7 @@ def polars_join(registry, landing: Path, out: Path) -> int:
     """The same join with Polars' lazy API (its streaming engine), from the JSON files to one Parquet file."""
     import polars as pl
 
-    from etl.landing import label_days
+    from etl.records.landing import label_days
     from schemas.registry import Kind
     from schemas.spark import FEATURE_MAPS
 
@@ -255,8 +255,9 @@ def section(work: Path, *, sizes: tuple[int, ...] = (20_000, 40_000, 80_000), ru
 
     ``startup_too=False`` leaves the start-up rounds out (``featurehouse bench --quick``: a Spark start costs
     20-40 s here, and 4 rounds of 2 of them are most of a quick run's budget)."""
-    from etl import generate, label_join
-    from etl.landing import Landing, read_impressions
+    from etl import label_join
+    from etl.generate import job as generate
+    from etl.records.landing import Landing, read_impressions
     from schemas.registry import load_dataset
     from warehouse.session import spark_session
 

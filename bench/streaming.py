@@ -17,20 +17,20 @@ rotates from round to round; the median counts:
 
 * **(a) batch**: ``etl.label_join.run`` of day 1 (``featurehouse label-join --ds`` day 1): reads
   day 1's impressions and the label partitions its windows reach (days 1-4), gate, publish.
-* **(b) stream**: ``etl.stream.run`` with ``Source.FILES``, ``Trigger.AVAILABLE_NOW`` over the
-  same landing root, publishing in this process (``etl.stream_publish.run``, as the tests do)
+* **(b) stream**: ``etl.stream.job.run`` with ``Source.FILES``, ``Trigger.AVAILABLE_NOW`` over the
+  same landing root, publishing in this process (``etl.stream.publish.run``, as the tests do)
   the days its watermark closed (day 1). A fresh home (checkpoint, stream tables) per run.
 
 They do not read the same amount: the stream reads every file of the landing zone (5 days of
 impressions, 8 days of labels), the batch day 1 and its label days. So the figure compared is
 **records read per second** (impression + label lines), and the ratio is stream/batch of that.
 
-**2. Freshness, continuous from Kafka.** A local broker (``etl.kafka_broker.local_broker``);
+**2. Freshness, continuous from Kafka.** A local broker (``etl.kafka.broker.local_broker``);
 the topics are created with ``message.timestamp.type=LogAppendTime``, so a record's Kafka
-timestamp is the time the broker appended it. ``etl.stream.run`` runs in this process with
+timestamp is the time the broker appended it. ``etl.stream.job.run`` runs in this process with
 ``Source.KAFKA``, ``Trigger.CONTINUOUS`` (``--interval``), no publishing; once its query is
 running, a thread sends generated days at ``--rate`` lines/s for about ``--seconds``
-(``etl.produce.run``). When the producer is done and the query's offsets have reached the topics'
+(``etl.kafka.produce.run``). When the producer is done and the query's offsets have reached the topics'
 ends, the bench sends this process SIGINT, which stops the stream after its current micro-batch.
 
 Freshness of a staged row = the time its staging commit became visible (the modification time
@@ -121,7 +121,7 @@ def progress_listener(spark):
     return listener
 
 
-#: Seconds inside ``etl.stream_join.BatchWriter`` per batch id of the stream now running (reset per run): the
+#: Seconds inside ``etl.stream.writer.BatchWriter`` per batch id of the stream now running (reset per run): the
 #: writer's whole call (addBatch's Python part), and each Delta append by table; the rest of the call is the
 #: micro-batch's own work: persisting it and the counts, which run the join.
 WRITER: dict[int, dict[str, float]] = defaultdict(dict)
@@ -129,7 +129,7 @@ WRITER: dict[int, dict[str, float]] = defaultdict(dict)
 
 def instrument_writer() -> None:
     """Time ``BatchWriter.__call__`` and its ``_append`` calls into WRITER (bench-only wrappers; no behaviour change)."""
-    from etl.stream_join import BatchWriter
+    from etl.stream.writer import BatchWriter
 
     call, append = BatchWriter.__call__, BatchWriter._append
 
@@ -202,10 +202,10 @@ def count_lines(folders: list[Path]) -> int:
 
 
 def timed_publisher(spark, config, spent: list[float]):
-    """``etl.stream.in_process_publisher`` (stream-publish in this process), timed into ``spent``."""
-    from etl import stream
+    """``etl.stream.publish.in_process_publisher`` (stream-publish in this process), timed into ``spent``."""
+    from etl.stream.publish import in_process_publisher
 
-    publish = stream.in_process_publisher(spark, config)
+    publish = in_process_publisher(spark, config)
 
     def timed(through: dt.date) -> int:
         began = time.perf_counter()
@@ -218,9 +218,11 @@ def timed_publisher(spark, config, spent: list[float]):
 
 
 def throughput(spark, listener, home: Path, impressions: int, runs: int) -> dict:
-    from etl import generate, label_join, stream
-    from etl.landing import label_days
-    from etl.stream_tables import StreamTables
+    from etl import label_join
+    from etl.generate import job as generate
+    from etl.stream import job as stream
+    from etl.records.landing import label_days
+    from etl.stream.tables import StreamTables
     from schemas.registry import load_dataset
 
     registry = load_dataset(DATASET)
@@ -334,10 +336,12 @@ def freshness(spark, listener, home: Path, impressions: int, rate: float, second
               timeout_s: float) -> dict:  # fmt: skip
     from pyspark.sql import functions as F
 
-    from etl import generate, produce, stream
-    from etl.kafka_broker import local_broker
-    from etl.landing import Stream
-    from etl.stream_tables import StreamTables
+    from etl.generate import job as generate
+    from etl.kafka import produce
+    from etl.stream import job as stream
+    from etl.kafka.broker import local_broker
+    from etl.records.landing import Stream
+    from etl.stream.tables import StreamTables
 
     # enough generated days for --seconds at --rate (about 1.04 lines per impression)
     days = max(1, math.ceil(rate * seconds / (impressions * 1.04)))

@@ -25,7 +25,7 @@ Rules (the contract every training sample relies on):
 * The label partitions must be closed (``_SUCCESS``) unless ``--allow-open-window``.
 * Records that cannot be used (unparseable, wrong types, missing fields, event times outside
   ``ds``, non-finite dense values, unknown label types) and empty files are quarantined with
-  their file, line and reason (``etl/quarantine.py``); more than ``max_bad_fraction`` of them
+  their file, line and reason (``etl/records/quarantine.py``); more than ``max_bad_fraction`` of them
   refuses the ds before anything is staged.
 * Write, audit, publish (``warehouse/publish.py``): the rows are computed once and persisted,
   validated with the registry's Great Expectations suite, and only a passing ds replaces its
@@ -41,16 +41,17 @@ import datetime as dt
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from etl.landing import (
+from etl.records.attribution import attribute_labels, feature_rows
+from etl.records.dedup import dedup_impressions
+from etl.records.flatten import flatten_impressions
+from etl.records.landing import (
     RAW_COLUMN,
-    ROW_ID_COLUMN,
     Landing,
     Stream,
     empty_files,
@@ -61,40 +62,42 @@ from etl.landing import (
     read_impressions,
     read_labels,
 )
-from etl.quarantine import (
-    empty_file_rows,
-    quarantine_rows,
+from etl.records.quarantine import (
     VALID_COLUMN,
-    impression_valid,
+    empty_file_rows,
     label_valid,
+    quarantine_rows,
     with_impression_problem,
     with_label_problem,
     write_quarantine,
 )
+from schemas.config import DatasetJobConfig
 from schemas.errors import ConfigError, DataRefusedError, LandingError
-from schemas.names import format_ds, parse_ds, validate_name
+from schemas.names import format_ds, parse_ds
 from schemas.registry import DatasetRegistry, load_dataset
-from schemas.spark import CORRUPT_RECORD_COLUMN, FEATURE_MAPS, feature_type, impression_record_schema
-from warehouse.jobs import Progress, add_common_arguments, counting_jobs, common_settings, run_spark_job, stderr_progress
-from warehouse.derived import ROW_DS, add_derived, populated
+from schemas.spark import impression_record_schema
 from warehouse.evolution import prepare_for_write
+from warehouse.jobs import (
+    Progress,
+    add_common_arguments,
+    common_settings,
+    counting_jobs,
+    run_spark_job,
+    stderr_progress,
+)
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import CommitMetrics, persisted
 
 
-@dataclass(frozen=True)
-class LabelJoinConfig:
-    dataset: str
+@dataclass(frozen=True, kw_only=True)
+class LabelJoinConfig(DatasetJobConfig):
     ds: dt.date
-    home: Path
     landing: str | None = None
-    registry_dir: Path | None = None
     allow_open_window: bool = False
     max_bad_fraction: float | None = None  # None: the registry's quality.max_bad_fraction
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        validate_name("dataset", self.dataset)
+        super().__post_init__()
         if self.max_bad_fraction is not None and not 0 <= self.max_bad_fraction <= 1:
             raise ConfigError(f"--max-bad-fraction {self.max_bad_fraction} is not a share; give one in [0, 1], e.g. 0.01")
 
@@ -179,153 +182,6 @@ class LabelJoinSummary:
         lines.append(f"  elapsed            {self.elapsed_s:.1f}s, {self.rows_per_second:,.0f} rows/s, {self.spark_jobs} Spark "
                      f"jobs, run {self.run_id}")  # fmt: skip
         return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- pure DataFrame logic
-
-
-#: Up to this many impressions a day, the surviving copies' row ids are broadcast to pick them out.
-BROADCAST_DEDUP_ROWS = 10_000_000
-
-
-def dedup_impressions(impressions: DataFrame, *, rows: int | None = None) -> DataFrame:
-    """One row per impression_id: the earliest event time wins, then the first source file, then the first line.
-
-    The winner of each id is found on the narrow key columns alone (a hash aggregate of
-    ``min(struct(event_time, source_file, split_start, _row_id))``), then the whole rows are kept by
-    their unique ``_row_id``: the wide rows are never shuffled when the ids of at most
-    :data:`BROADCAST_DEDUP_ROWS` impressions (``rows``, if known) can be broadcast.
-    """
-    order = F.struct("event_time", "source_file", "split_start", ROW_ID_COLUMN)
-    winners = (impressions.groupBy("impression_id").agg(F.min(order).alias("_first"))
-               .select(F.col(f"_first.{ROW_ID_COLUMN}").alias(ROW_ID_COLUMN)))  # fmt: skip
-    if rows is not None and rows <= BROADCAST_DEDUP_ROWS:
-        winners = F.broadcast(winners)
-    return impressions.join(winners, ROW_ID_COLUMN, "left_semi")
-
-
-def window_micros(registry: DatasetRegistry) -> Column:
-    """The attribution window of each row's ``label_type``, in microseconds (null for unknown types)."""
-    expr = None
-    for label in registry.labels:
-        micros = F.lit(label.window // dt.timedelta(microseconds=1))
-        expr = F.when(F.col("label_type") == label.name, micros) if expr is None else expr.when(
-            F.col("label_type") == label.name, micros
-        )
-    return expr
-
-
-def attribute_labels(impressions: DataFrame, labels: DataFrame, registry: DatasetRegistry) -> DataFrame:
-    """Labels joined to their impressions, with their delay and whether they fall in the window.
-
-    ``impressions``: impression_id, event_time (deduplicated).
-    ``labels``: impression_id, label_type (known types only), event_time.
-    """
-    delay = F.unix_micros(F.col("l.event_time")) - F.unix_micros(F.col("i.event_time"))
-    return (
-        impressions.select("impression_id", "event_time").alias("i")
-        .join(labels.alias("l"), F.col("i.impression_id") == F.col("l.impression_id"))
-        .select(
-            F.col("i.impression_id").alias("impression_id"),
-            F.col("l.label_type").alias("label_type"),
-            delay.alias("delay_us"),
-        )
-        .withColumn("in_window", (F.col("delay_us") >= 0) & (F.col("delay_us") <= window_micros(registry)))
-    )
-
-
-def label_columns(attributed: DataFrame, registry: DatasetRegistry) -> DataFrame:
-    """One row per impression with a matched label: one 0/1 column per label type."""
-    return attributed.groupBy("impression_id").agg(
-        *[
-            F.max(F.when((F.col("label_type") == label.name) & F.col("in_window"), 1).otherwise(0)).alias(label.column)
-            for label in registry.labels
-        ]
-    )
-
-
-def flatten_features(registry: DatasetRegistry, ds: dt.date | str) -> list[Column]:
-    """One top-level column per logged feature, taken from its field of the parsed record and cast to its type.
-
-    The record was parsed with :func:`schemas.spark.impression_record_schema`, so each feature is
-    already a field of its map's struct. A renamed feature is taken under its new name, then its
-    old one. A feature deprecated by ``ds`` is null (``ds``: a day, or ``ROW_DS``, each row's own ds).
-    """
-    columns = []
-    for f in registry.logged_features:
-        logged = [F.col(FEATURE_MAPS[f.kind]).getField(key) for key in f.log_keys]
-        value = (logged[0] if len(logged) == 1 else F.coalesce(*logged)).cast(feature_type(f))
-        columns.append(populated(f, value, ds).alias(f.name))
-    return columns
-
-
-def feature_maps_json() -> Column:
-    """The line's three feature maps as JSON text (``_dense_json``, ...), cut out of the line in one pass.
-
-    :func:`unknown_feature_keys` lists their names with ``json_object_keys``, which skips the values:
-    the values themselves are parsed once, by the record schema.
-    """
-    return F.json_tuple(RAW_COLUMN, *FEATURE_MAPS.values()).alias(*(f"_{m}_json" for m in FEATURE_MAPS.values()))
-
-
-def unknown_feature_keys(registry: DatasetRegistry) -> Column:
-    """Per record, the logged feature names the registry does not know (for that map), whatever their status."""
-    parts = []
-    none = F.array().cast("array<string>")
-    for kind, column in FEATURE_MAPS.items():
-        names = registry.known_log_keys(kind)
-        known = F.array(*[F.lit(n) for n in names]) if names else none
-        parts.append(F.array_except(F.coalesce(F.json_object_keys(F.col(f"_{column}_json")), none), known))
-    return F.concat(*parts)
-
-
-def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str | None) -> DataFrame:
-    """Parsed impression records as flat rows: keys, features (derived ones computed), and what the summary counts.
-
-    ``records``: :func:`etl.landing.read_impressions` with :func:`schemas.spark.impression_record_schema`.
-    ``_valid``: whether the record is usable (:func:`etl.quarantine.impression_valid`); ``_raw``
-    (the line), ``source_file``, ``split_start`` and ``_row_id`` say where it came from (``_raw`` is
-    kept for bad records only). ``_unknown``: logged feature names not in the registry. ``ds``: the day of
-    every record (a batch job), or None: each record's own ``ds`` column (a stream, whose records span days).
-    """
-    day = ROW_DS if ds is None else parse_ds(ds)
-    flat = records.select("*", feature_maps_json()).select(
-        "impression_id",
-        "user_id",
-        "item_id",
-        "event_time",
-        *flatten_features(registry, day),
-        unknown_feature_keys(registry).alias("_unknown"),
-        CORRUPT_RECORD_COLUMN,
-        RAW_COLUMN,
-        "source_file",
-        "split_start",
-        ROW_ID_COLUMN,
-        *(["line"] if "line" in records.columns else []),  # a stream's records are numbered as they are read
-        "ds",
-    )
-    flat = flat.withColumn(VALID_COLUMN, impression_valid(registry, ds))
-    flat = flat.withColumn(RAW_COLUMN, F.when(~F.col(VALID_COLUMN), F.col(RAW_COLUMN)))
-    return add_derived(flat, registry, day)
-
-
-def feature_rows(impressions: DataFrame, attributed: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
-    """The rows of the feature table for ``ds``: keys, labels (0/1), features, ds.
-
-    ``impressions``: valid, deduplicated rows of :func:`flatten_impressions`; ``attributed``: their
-    labels, from :func:`attribute_labels`.
-    """
-    positives = label_columns(attributed, registry)
-    joined = impressions.join(positives, "impression_id", "left").fillna(0, subset=list(registry.label_columns))
-    return joined.select(
-        "impression_id",
-        "user_id",
-        "item_id",
-        "event_time",
-        *[F.col(c).cast("int").alias(c) for c in registry.label_columns],
-        *[f.name for f in registry.stored_features],
-        F.lit(ds).alias("ds"),
-    )
 
 
 # --------------------------------------------------------------------------- the job

@@ -80,7 +80,9 @@ class DemoConfig:
 
 def run(config: DemoConfig) -> None:
     """Run the demo; print progress to stderr and the summaries to stdout."""
-    from etl import catalog, generate, label_join
+    from etl import label_join
+    from etl.maintenance import catalog
+    from etl.generate import job as generate
     from schemas.registry import DEFAULT_REGISTRY_DIR, load_dataset
     from warehouse import evolution, sql
     from warehouse.catalog import sync_features
@@ -188,7 +190,7 @@ def _start_from_scratch(spark: SparkSession, dataset: str, home: Path) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from etl.quarantine import quarantine_table
+    from etl.records.quarantine import quarantine_table
     from schemas.catalog import FEATURE_STATS, FEATURE_USAGE, FEATURES, QUALITY_GATE, catalog_table
     from warehouse.publish import STAGING_DATABASE
     from warehouse.tables import table_name
@@ -217,7 +219,7 @@ def _backfill_new(
     first: dt.date, last: dt.date,
 ) -> None:
     """Backfill the derived features this registry change added into the days already written."""
-    from etl import backfill
+    from etl.maintenance import backfill
 
     before = {f["name"] for f in previous["features"]}
     for feature in registry.derived_features:

@@ -26,8 +26,9 @@ def stream_and_compare(spark: SparkSession, home: Path, dataset: str, final: dic
     """Stream the landing zone into ``<dataset>_stream`` (registry as of ``day``); compare its last published day."""
     from pyspark.sql import functions as F
 
-    from etl import stream
-    from etl.stream_tables import StreamTables
+    from etl.stream import job as stream
+    from etl.stream.tables import StreamTables
+    from etl.stream.publish import in_process_publisher
     from warehouse.tables import table_name
 
     name = f"{dataset}_stream"
@@ -38,7 +39,7 @@ def stream_and_compare(spark: SparkSession, home: Path, dataset: str, final: dic
         spark.sql(f"DROP TABLE IF EXISTS {table}")  # left by an earlier demo run
     shutil.rmtree(tables.folder, ignore_errors=True)
     config = stream.StreamConfig(dataset=name, home=home, registry_dir=registry_dir)
-    summary = stream.run(spark, config, progress=stderr_progress, publisher=stream.in_process_publisher(spark, config))
+    summary = stream.run(spark, config, progress=stderr_progress, publisher=in_process_publisher(spark, config))
     lines = [summary.format()]
     published = [r.ds for r in tables.read(spark, "days").where(F.col("decision") == "published").collect()]
     if not published:

@@ -23,21 +23,20 @@ from ingest.dpp import REPORT_EVERY_S, DppLoader, parse_workers, ray_session
 from ingest.job import record, summarize
 from ingest.reader import open_reader
 from ingest.spec import load_spec
+from schemas.config import JobConfig
 from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds
 from schemas.paths import default_home
 
 
-@dataclass(frozen=True)
-class DppConfig:
+@dataclass(frozen=True, kw_only=True)
+class DppConfig(JobConfig):
     job: Path
-    home: Path
     address: str | None = None
     workers: tuple[int, int] = (1, 2)
     epochs: int = 1
     version: int | None = None
     record: bool = True
-    registry_dir: Path | None = None
     report_every: float = REPORT_EVERY_S
 
     def __post_init__(self) -> None:

@@ -22,19 +22,18 @@ from ingest.reader import open_reader
 from ingest.spec import load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
+from schemas.config import JobConfig
 from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds
 from schemas.paths import default_home
 
 
-@dataclass(frozen=True)
-class ReadConfig:
+@dataclass(frozen=True, kw_only=True)
+class ReadConfig(JobConfig):
     job: Path
-    home: Path
     limit: int | None = None
     version: int | None = None
     record: bool = True
-    registry_dir: Path | None = None
     workers: int = 0
 
     def __post_init__(self) -> None:

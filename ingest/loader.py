@@ -31,12 +31,19 @@ import pyarrow as pa
 import torch
 
 from ingest.memory import tune_malloc
-from ingest.plan import Piece, Unit, Window, rank_windows, resume_roles, window_permutation, worker_windows
+from ingest.plan import (
+    Piece,
+    Unit,
+    Window,
+    rank_windows,
+    resume_roles,
+    window_permutation,
+    worker_windows,
+)
 from ingest.read import IoCounter, read_chunks, row_group_sizes
 from ingest.snapshot import Snapshot
 from schemas.errors import ConfigError, TableError
 from schemas.registry import DatasetRegistry
-
 
 CHUNK_ROWS = 16_384  # about how many rows of a row group are read and converted at a time
 READ_AHEAD = 3  # chunks read ahead of the one being converted

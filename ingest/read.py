@@ -23,7 +23,6 @@ from schemas.arrow import feature_type
 from schemas.errors import TableError
 from schemas.registry import DatasetRegistry
 
-
 _SUMMED = ("bytes_read", "rows", "batches", "bytes_all_columns", "io_s", "read_s", "convert_s", "shuffle_s",
            "assemble_s", "wait_s")  # fmt: skip
 

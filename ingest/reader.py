@@ -23,7 +23,13 @@ from ingest.loader import SnapshotDataset
 from ingest.snapshot import Snapshot, open_snapshot
 from ingest.spec import JobSpec
 from ingest.transforms import (
-    SparseColumn, Transform, apply_dense_columns, apply_sparse, needs_stats, parse_transforms, resolve_stats,
+    SparseColumn,
+    Transform,
+    apply_dense_columns,
+    apply_sparse,
+    needs_stats,
+    parse_transforms,
+    resolve_stats,
 )
 from schemas.catalog import FEATURE_STATS, catalog_table_uri, managed_table_uri
 from schemas.errors import ConfigError, TableError

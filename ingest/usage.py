@@ -27,6 +27,7 @@ from schemas.catalog import FEATURE_USAGE_SCHEMA
 from schemas.errors import ConfigError, TableError
 from schemas.names import JOB_ID_RULE, format_ds, parse_ds, valid_job_id, validate_name
 
+
 @dataclass(frozen=True)
 class UsageRecord:
     """One run of a training job: what it read, from which table version, and when."""

@@ -1,5 +1,5 @@
 """The landing zone's layout, without Spark: where a ds partition lives, when it is closed, which label
-partitions a ds needs. Shared by the Spark jobs (``etl/landing.py``) and the Airflow sensors, which must
+partitions a ds needs. Shared by the Spark jobs (``etl/records/landing.py``) and the Airflow sensors, which must
 not import pyspark.
 
     <landing>/impressions/ds=YYYY-MM-DD/hour=HH/*.jsonl

@@ -412,3 +412,12 @@ def load_dataset(dataset: str, registry_dir: str | Path | None = None) -> Datase
             f"no registry for dataset {dataset!r}: {path} does not exist; known datasets: {', '.join(known) or 'none'}"
         )
     return load_registry(path)
+
+
+def registry_datasets(registry_dir: Path | None) -> tuple[str, ...]:
+    """The datasets that have a registry file in ``registry_dir``."""
+    directory = Path(registry_dir) if registry_dir else DEFAULT_REGISTRY_DIR
+    names = tuple(sorted(p.stem for p in directory.glob("*.yaml")))
+    if not names:
+        raise RegistryError(f"no registry files (*.yaml) in {directory}; pass --registry-dir")
+    return names

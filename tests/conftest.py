@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from etl.kafka_broker import Broker
+    from etl.kafka.broker import Broker
 
 SMALL_REGISTRY = """\
 dataset: {dataset}
@@ -60,9 +60,9 @@ def spark(spark_home: Path):
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """One local Kafka broker for the test run (``etl.kafka_broker.local_broker``); skipped without its jars or
+    """One local Kafka broker for the test run (``etl.kafka.broker.local_broker``); skipped without its jars or
     Java (``make test`` resolves the jars)."""
-    from etl.kafka_broker import local_broker
+    from etl.kafka.broker import local_broker
     from schemas.errors import ConfigError
 
     with ExitStack() as stack:

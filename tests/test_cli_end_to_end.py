@@ -49,7 +49,7 @@ def test_generate_join_and_query_from_the_command_line(tmp_path):
 
     applied = sh(featurehouse, "features", "apply", "--dataset", "ads", *QUIET, env=env).stdout
     assert "features apply ads:" in applied and "catalog sync ads: 91 added" in applied
-    stats = sh(str(BIN / "spark-submit"), *spark_args, "etl/catalog.py", "stats", "--dataset", "ads",
+    stats = sh(str(BIN / "spark-submit"), *spark_args, "etl/maintenance/catalog.py", "stats", "--dataset", "ads",
                "--ds", "2026-11-01", env=env).stdout
     assert f"stats ads ds=2026-11-01 (table featurehouse.ads version 2): {rows[0]['n']:,} rows in" in stats
 

@@ -33,8 +33,8 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from etl import label_join
-from etl.generate import GenerateConfig
-from etl.generate import run as generate
+from etl.generate.job import GenerateConfig
+from etl.generate.job import run as generate
 from featurehouse import cluster as fh_cluster
 from featurehouse.spark_args import arguments as spark_args
 from schemas.errors import ConfigError

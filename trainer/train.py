@@ -16,13 +16,13 @@ time split and stall fraction, is recorded in ``featurehouse_catalog.feature_usa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, contextmanager
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,13 +31,18 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 
-from ingest.dpp import DppLoader, parse_workers, ray_session  # the module imports Ray only when a session starts
+from ingest.dpp import (  # the module imports Ray only when a session starts
+    DppLoader,
+    parse_workers,
+    ray_session,
+)
 from ingest.loader import PREFETCH, ResumableLoader
 from ingest.read import IoCounter
 from ingest.reader import open_reader
 from ingest.spec import JobSpec, load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
+from schemas.config import JobConfig
 from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds
 from schemas.paths import default_home
@@ -47,11 +52,9 @@ from trainer.model import DLRM, model_shape
 Device = Literal["auto", "cpu", "cuda"]
 
 
-@dataclass(frozen=True)
-class TrainConfig:
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(JobConfig):
     job: Path
-    home: Path
-    registry_dir: Path | None = None
     out: Path | None = None  # default: <home>/runs/<job_id>
     workers: int = 0
     prefetch: int = PREFETCH  # batches a thread makes ahead when workers is 0 (0: in the training thread)

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from etl.generate import GenerateConfig
-from etl.kafka_broker import free_ports
-from etl.generate import run as generate
+from etl.generate.job import GenerateConfig
+from etl.kafka.broker import free_ports
+from etl.generate.job import run as generate
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -248,7 +248,7 @@ def test_the_spark_pool_widens_only_for_a_shared_metastore(airflow):
 
 
 def test_backfill_dag_fills_a_derived_feature_and_refuses_a_reversed_range(airflow, warehouse, spark):
-    """The feature branch runs ``etl/backfill.py`` (the ds was written with the feature, so nothing changes) and
+    """The feature branch runs ``etl/maintenance/backfill.py`` (the ds was written with the feature, so nothing changes) and
     skips the re-join branch; a reversed range fails in ``plan``, before any Spark."""
     version = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'warehouse' / 'featurehouse.db' / 'ads'}` LIMIT 1").first().version
     conf = {"dataset": "ads", "feature": "item_ctr_7d_log", "start": DS, "end": DS}

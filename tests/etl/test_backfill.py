@@ -10,7 +10,8 @@ import pytest
 import yaml
 from delta.tables import DeltaTable
 
-from etl import backfill, label_join
+from etl import label_join
+from etl.maintenance import backfill
 from schemas.errors import RegistryError
 from tests.conftest import close_partition, dataset_name, write_landing
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 import yaml
 
-from etl import criteo_import
-from etl.criteo_import import CriteoImportConfig, split_sizes
-from etl.criteo_sample import lines as sample_lines
-from etl.criteo_sample import planted_scores
+from etl.criteo import importer as criteo_import
+from etl.criteo.importer import CriteoImportConfig, split_sizes
+from etl.criteo.sample import lines as sample_lines
+from etl.criteo.sample import planted_scores
 from schemas.criteo import DENSE_FEATURES, SPARSE_FEATURES, registry_yaml
 from schemas.errors import ConfigError, DataRefusedError, RegistryError
 from trainer.metrics import auc
@@ -80,7 +80,7 @@ def reference_parse(path: Path, days: list[str]) -> list[dict]:
 def imported(spark, spark_home: Path, tmp_path_factory):
     """train.txt imported with --split-days 4, read in small splits (so lines are numbered across splits), and the
     catalog synced."""
-    from etl import catalog
+    from etl.maintenance import catalog
 
     root = tmp_path_factory.mktemp("criteo")
     path = root / "train.txt"

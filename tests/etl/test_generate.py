@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from etl.generate import GenerateConfig, main, parse_args, run
+from etl.generate.job import GenerateConfig, main, parse_args, run
 from schemas.errors import ConfigError
 from schemas.registry import Kind, load_dataset
 

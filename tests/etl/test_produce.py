@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-import etl.produce as produce
-from etl.generate import GenerateConfig
-from etl.generate import run as generate
-from etl.kafka_broker import BrokerError, local_broker
-from etl.produce import ProduceConfig, main, run
+from etl.kafka import produce
+from etl.generate.job import GenerateConfig
+from etl.generate.job import run as generate
+from etl.kafka.broker import BrokerError, local_broker
+from etl.kafka.produce import ProduceConfig, main, run
 from schemas.errors import ConfigError
 
 pytestmark = pytest.mark.slow

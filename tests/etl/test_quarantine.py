@@ -11,7 +11,7 @@ import json
 import pytest
 
 from etl import label_join
-from etl.quarantine import quarantine_table
+from etl.records.quarantine import quarantine_table
 from schemas.errors import DataRefusedError
 from tests.conftest import dataset_name, write_landing
 from tests.etl.test_label_join import DAY1, close_label_days, imp, lab

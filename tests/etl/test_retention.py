@@ -9,8 +9,8 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from etl import retention
-from etl.quarantine import SCHEMA as QUARANTINE_SCHEMA
+from etl.maintenance import retention
+from etl.records.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from ingest.read import IoCounter, read_row_groups
 from ingest.snapshot import open_snapshot
 from schemas.errors import ConfigError, TableError

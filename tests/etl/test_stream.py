@@ -23,11 +23,13 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from etl import label_join, stream
-from etl.generate import GenerateConfig
-from etl.generate import run as generate
-from etl.landing import Stream
-from etl.stream_tables import StreamTables
+from etl import label_join
+from etl.stream import job as stream
+from etl.generate.job import GenerateConfig
+from etl.generate.job import run as generate
+from etl.records.landing import Stream
+from etl.stream.tables import StreamTables
+from etl.stream.publish import in_process_publisher
 from tests.conftest import SMALL_REGISTRY
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -80,7 +82,7 @@ def streamed(world, spark):
     """The stream over the whole landing zone, available-now, publishing in this process."""
     home, registry_dir, landing = world
     config = _config(home / "files", registry_dir, landing)
-    summary = stream.run(spark, config, publisher=stream.in_process_publisher(spark, config))
+    summary = stream.run(spark, config, publisher=in_process_publisher(spark, config))
     return config, summary
 
 
@@ -113,7 +115,7 @@ def test_malformed_records_are_quarantined_as_in_batch(streamed, spark):
 
 
 def test_kafka_source_publishes_the_batch_partition(world, spark, kafka_broker):
-    from etl import produce
+    from etl.kafka import produce
 
     home, registry_dir, landing = world
     dataset = f"{DATASET}_kafka"
@@ -121,7 +123,7 @@ def test_kafka_source_publishes_the_batch_partition(world, spark, kafka_broker):
                          "--home", str(home)]) == 0  # fmt: skip
     config = stream.StreamConfig(dataset=dataset, home=home / "kafka", registry_dir=registry_dir,
                                  source=stream.Source.KAFKA, bootstrap=kafka_broker.bootstrap, max_offsets=2000)
-    summary = stream.run(spark, config, publisher=stream.in_process_publisher(spark, config))
+    summary = stream.run(spark, config, publisher=in_process_publisher(spark, config))
     assert summary.published == [f"through {DS}"]
     assertDataFrameEqual(spark.table(f"featurehouse.{dataset}").where(F.col("ds") == DS), _batch_day(spark))
     quarantined = StreamTables(config.home, dataset).read(spark, "quarantine")
@@ -172,7 +174,7 @@ def test_sigkill_mid_batch_then_restart_loses_and_repeats_nothing(world, streame
     env = {**os.environ, "FEATUREHOUSE_HOME": str(killed_home), "PYSPARK_PYTHON": sys.executable}
     spark_args = subprocess.run([sys.executable, "-m", "featurehouse.cli", "spark-args", *args[-4:]], cwd=REPO,
                                 env=env, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
-    submit = [str(Path(sys.executable).parent / "spark-submit"), *spark_args, "etl/stream.py",
+    submit = [str(Path(sys.executable).parent / "spark-submit"), *spark_args, "etl/stream/job.py",
               *[a for a in args[1:] if a != "--no-publish"], "--trigger", "available-now"]  # fmt: skip
     rerun = subprocess.run(submit, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
@@ -218,7 +220,7 @@ def test_label_later_than_the_watermark_is_kept_and_counted(world, streamed, spa
     late_file = landing / "labels" / f"ds={DS}" / "hour=05" / "part-late.jsonl"
     late_file.write_text(json.dumps(late) + "\n")
     try:
-        summary = stream.run(spark, config, publisher=stream.in_process_publisher(spark, config))
+        summary = stream.run(spark, config, publisher=in_process_publisher(spark, config))
     finally:
         late_file.unlink()
     assert summary.late_labels == 1

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gzip
 
-from etl.criteo_sample import main as sample_main
-from etl.criteo_sample import write_sample
+from etl.criteo.sample import main as sample_main
+from etl.criteo.sample import write_sample
 from ingest.spec import load_spec
 from schemas.criteo import DENSE_FEATURES, SPARSE_FEATURES, layout_problems, registry_yaml
 from schemas.registry import DEFAULT_REGISTRY_DIR, Kind, load_dataset

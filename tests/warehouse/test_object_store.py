@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from etl.generate import GenerateConfig
-from etl.generate import run as generate
+from etl.generate.job import GenerateConfig
+from etl.generate.job import run as generate
 from schemas.errors import ConfigError
 from tests.conftest import SMALL_REGISTRY
 from warehouse.object_store import delta_rs_storage_options, s3_jars, s3a_confs

@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 from delta.tables import DeltaTable
 
-from etl import label_join, publish
+from etl import label_join
+from etl.maintenance import publish
 from ingest.snapshot import open_snapshot
 from schemas.catalog import QUALITY_GATE, catalog_table
 from schemas.errors import DataRefusedError, TableError

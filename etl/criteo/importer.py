@@ -2,7 +2,7 @@
 
     featurehouse import criteo --dataset criteo --ds 2026-01-01 --split-days 7 train.txt        # Kaggle
     featurehouse import criteo --dataset criteo_tb --ds 2026-01-01 day_{0..23}.gz               # 1TB
-    spark-submit etl/criteo_import.py criteo --dataset criteo --ds 2026-01-01 --split-days 7 train.txt
+    spark-submit etl/criteo/importer.py criteo --dataset criteo --ds 2026-01-01 --split-days 7 train.txt
 
 Rules:
 
@@ -37,15 +37,15 @@ import datetime as dt
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from etl.landing import RAW_COLUMN, ROW_ID_COLUMN, path_exists
-from etl.quarantine import (
+from etl.records.landing import RAW_COLUMN, ROW_ID_COLUMN, path_exists
+from etl.records.quarantine import (
     PROBLEM_COLUMN,
     VALID_COLUMN,
     empty_file_rows,
@@ -55,15 +55,29 @@ from etl.quarantine import (
     quoted,
     write_quarantine,
 )
-from schemas.criteo import DENSE_FEATURES, FIELDS, HEX_DIGITS, MAX_INT_DIGITS, SPARSE_FEATURES, layout_problems
-from schemas.criteo import registry_yaml
+from schemas.config import DatasetJobConfig
+from schemas.criteo import (
+    DENSE_FEATURES,
+    FIELDS,
+    HEX_DIGITS,
+    MAX_INT_DIGITS,
+    SPARSE_FEATURES,
+    layout_problems,
+    registry_yaml,
+)
 from schemas.errors import ConfigError, DataRefusedError, RegistryError
-from schemas.names import format_ds, parse_ds, validate_name
+from schemas.names import format_ds, parse_ds
 from schemas.registry import DEFAULT_REGISTRY_DIR, DatasetRegistry, load_registry
 from schemas.spark import feature_type
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from warehouse.jobs import (
+    Progress,
+    add_common_arguments,
+    common_settings,
+    run_spark_job,
+    stderr_progress,
+)
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import CommitMetrics, persisted
 
@@ -76,19 +90,15 @@ LINE_PATTERN = rf"^[01](\t({_INT})?){{{len(DENSE_FEATURES)}}}(\t({_HEX})?){{{len
 _DAY_FILE = re.compile(r"day_(\d+)")
 
 
-@dataclass(frozen=True)
-class CriteoImportConfig:
-    dataset: str
+@dataclass(frozen=True, kw_only=True)
+class CriteoImportConfig(DatasetJobConfig):
     ds: dt.date
     files: tuple[str, ...]
-    home: Path
     split_days: int | None = None
-    registry_dir: Path | None = None
     max_bad_fraction: float | None = None  # None: the registry's quality.max_bad_fraction
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        validate_name("dataset", self.dataset)
+        super().__post_init__()
         if not self.files:
             raise ConfigError("no FILE given; name the Criteo file(s) to import, e.g. train.txt or day_0.gz day_1.gz")
         if self.split_days is not None and (self.split_days < 1 or len(self.files) != 1):

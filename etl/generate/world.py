@@ -1,4 +1,4 @@
-"""The simulated world behind ``etl/generate.py``: latent users and items, requests, labels.
+"""The simulated world behind ``etl/generate/job.py``: latent users and items, requests, labels.
 
 The world (user propensity and interests, item quality, topic, category, brand and
 price, calibrated biases) is drawn once per run from the seed; each day then draws
@@ -14,7 +14,7 @@ The planted signal, which a model trained on the joined table should recover::
 
 35% of requests are served an item from one of the user's top topics (retrieval), the
 rest a Zipf-popular item; positions 1..10 are geometric. Features that see this state
-are drawn in ``etl/_gen_features.py``.
+are drawn in ``etl/generate/features.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from etl._gen_jsonl import EPOCH_ORDINAL, MS_PER_DAY
+from etl.generate.jsonl import EPOCH_ORDINAL, MS_PER_DAY
+
 ZIPF_EXPONENT = 1.1
 N_TOPICS, TOP_TOPICS, N_CATEGORIES, N_BRANDS = 200, 5, 1000, 5000
 TOPIC_SLOT_P = np.array([0.4, 0.25, 0.15, 0.12, 0.08])  # which of a user's top topics a targeted ad serves

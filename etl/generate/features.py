@@ -1,9 +1,9 @@
-"""Feature values for the generator (``etl/generate.py``), planned from each feature's name.
+"""Feature values for the generator (``etl/generate/job.py``), planned from each feature's name.
 
 Any registry works: a dense feature's shape comes from its name (``_ctr``/``ratio``/...
 rates in [0, 1], ``_clicks``/``_count``/... heavy-tailed counts, ``_ms``/``price``/...
 log-normal amounts, ``_sin``/``_cos`` of the request hour or weekday, ``position``,
-else N(0, 1)), and so does what it sees of the world (``etl/_gen_world.py``):
+else N(0, 1)), and so does what it sees of the world (``etl/generate/world.py``):
 
 * ``user_ctr*``/``user_clicks*``: z_user, noisier over short windows (``_1d`` vs ``_28d``);
 * ``item_ctr*``/``item_clicks*``: z_item; ``item_cvr*``: the conversion driver;
@@ -31,10 +31,19 @@ from enum import StrEnum
 
 import numpy as np
 
-from etl._gen_jsonl import Column
-from etl._gen_world import (
-    MS_PER_DAY, N_BRANDS, N_CATEGORIES, N_TOPICS, TOP_TOPICS, W_CONV_ITEM, W_CONV_PRICE, Impressions, World,
-    sigmoid, zipf_ranks,
+from etl.generate.jsonl import Column
+from etl.generate.world import (
+    MS_PER_DAY,
+    N_BRANDS,
+    N_CATEGORIES,
+    N_TOPICS,
+    TOP_TOPICS,
+    W_CONV_ITEM,
+    W_CONV_PRICE,
+    Impressions,
+    World,
+    sigmoid,
+    zipf_ranks,
 )  # fmt: skip
 from schemas.registry import DatasetRegistry, Feature, Kind
 

@@ -23,34 +23,33 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from etl.label_join import feature_rows, window_micros
-from etl.stream_tables import DAYS_SCHEMA, StreamTables
+from etl.records.attribution import feature_rows, window_micros
+from etl.stream.tables import DAYS_SCHEMA, StreamTables
+from schemas.config import DatasetJobConfig
 from schemas.errors import DataRefusedError
-from schemas.names import format_ds, parse_ds, validate_name
+from schemas.names import format_ds, parse_ds
 from schemas.registry import DatasetRegistry, load_dataset
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from warehouse.jobs import (
+    Progress,
+    add_common_arguments,
+    common_settings,
+    run_spark_job,
+    stderr_progress,
+)
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import persisted
 
 
-@dataclass(frozen=True)
-class StreamPublishConfig:
-    dataset: str
+@dataclass(frozen=True, kw_only=True)
+class StreamPublishConfig(DatasetJobConfig):
     through: dt.date
-    home: Path
-    registry_dir: Path | None = None
-    spark_conf: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        validate_name("dataset", self.dataset)
 
 
 @dataclass(frozen=True)
@@ -92,16 +91,6 @@ def day_rows(staged: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame
     return feature_rows(kept.dropDuplicates(["impression_id"]), attributed, registry, ds)
 
 
-def waiting_days(spark: SparkSession, tables: StreamTables, through: dt.date) -> list[str]:
-    """The staged days through ``through`` that have no decision yet (tables read by path: no metastore)."""
-    def days(table: str, upto: str | None = None) -> set[str]:
-        frame = tables.read(spark, table)
-        frame = frame.where(F.col("ds") <= upto) if upto else frame
-        return {r.ds for r in frame.select("ds").distinct().collect()}
-
-    return sorted(days("staging", format_ds(through)) - days("days"))
-
-
 def run(spark: SparkSession, config: StreamPublishConfig, *, progress: Progress | None = None) -> StreamPublishSummary:
     """Decide every staged ds through ``config.through`` that has no decision yet (see the module docstring)."""
     say = progress or (lambda _message: None)
@@ -114,7 +103,7 @@ def run(spark: SparkSession, config: StreamPublishConfig, *, progress: Progress 
         say(f"{config.dataset}: {change.action.value} {change.detail}")
     staged = tables.read(spark, "staging")
     through = format_ds(config.through)
-    waiting = waiting_days(spark, tables, config.through)
+    waiting = tables.waiting_days(spark, config.through)
     decisions = [_decide(spark, config, registry, tables, table, staged, ds, say) for ds in waiting]
     return StreamPublishSummary(config.dataset, through, tuple(decisions))
 
@@ -150,6 +139,24 @@ def _record(spark: SparkSession, tables: StreamTables, ds: str, decision: str, r
             late_labels: int, report_path: str | None, staging_table: str | None) -> None:  # fmt: skip
     row = (ds, decision, run_id, rows, late_labels, report_path, staging_table, dt.datetime.now(dt.UTC))
     tables.append(spark.createDataFrame([row], DAYS_SCHEMA), "days")
+
+
+def in_process_publisher(spark: SparkSession, config: DatasetJobConfig, *, progress: Progress | None = None
+                         ) -> Callable[[dt.date], int]:  # fmt: skip
+    """A ``publisher`` for :func:`etl.stream.job.run` that decides the closed days in this session, not in a process
+    of its own: for a session that already holds the metastore (the demo, tests); returns this command's exit status.
+
+    ``config``: the stream's (its dataset, home and registry folder are the publish step's too).
+    """
+
+    def publish(through: dt.date) -> int:
+        summary = run(spark, StreamPublishConfig(
+            dataset=config.dataset, through=through, home=config.home, registry_dir=config.registry_dir,
+        ), progress=progress)  # fmt: skip
+        print(summary.format(), flush=True)
+        return 0 if all(d.published for d in summary.decisions) else DataRefusedError.exit_status
+
+    return publish
 
 
 def parse_args(argv: Sequence[str] | None = None) -> StreamPublishConfig:

@@ -2,10 +2,10 @@
 
     featurehouse stream --dataset ads --source files --trigger available-now
     featurehouse stream --dataset ads --source kafka --bootstrap 127.0.0.1:9092 --trigger continuous --interval 30s
-    .venv/bin/spark-submit $(featurehouse spark-args) etl/stream.py --dataset ads --source files --trigger available-now
+    .venv/bin/spark-submit $(featurehouse spark-args) etl/stream/job.py --dataset ads --source files --trigger available-now
 
-The plan is :mod:`etl.stream_join` (the batch job's parse, flatten and quarantine, one
-stream-stream join); each micro-batch is written by :class:`etl.stream_join.BatchWriter`,
+The plan is :mod:`etl.stream.plan` (the batch job's parse, flatten and quarantine, one
+stream-stream join); each micro-batch is written by :class:`etl.stream.plan.BatchWriter`,
 exactly once (Delta ``txnAppId``/``txnVersion``, checkpoint under ``<home>/streams/<dataset>``).
 
 Where rows become visible:
@@ -14,7 +14,7 @@ Where rows become visible:
   an impression with a label when the label arrives, one without when its longest window closes;
 * a ds is in ``featurehouse.<dataset>`` once the watermark has passed the end of the ds plus the
   longest window and the ds passed the quality gate: after that micro-batch, the stream runs
-  ``featurehouse stream-publish`` (:mod:`etl.stream_publish`) as a process of its own.
+  ``featurehouse stream-publish`` (:mod:`etl.stream.publish`) as a process of its own.
 
 The stream itself never opens the metastore (its session has no Hive catalog; every table is
 addressed by path), so on the embedded default other commands run beside it; only the short
@@ -40,16 +40,33 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from etl.landing import Stream, path_exists
-from etl.quarantine import SCHEMA as QUARANTINE_SCHEMA
-from etl.stream_publish import waiting_days
-from etl.stream_join import BatchCounts, BatchWriter, plan, read_files, read_kafka, staging_columns
-from etl.stream_tables import DAYS_SCHEMA, LATE_LABELS_SCHEMA, PROGRESS_SCHEMA, StreamTables
-from schemas.errors import ConfigError, DataRefusedError, FeaturehouseError, LandingError
+from etl.records.landing import Stream, path_exists
+from etl.records.quarantine import SCHEMA as QUARANTINE_SCHEMA
+from etl.stream.plan import plan, read_files, read_kafka, staging_columns
+from etl.stream.tables import (
+    DAYS_SCHEMA,
+    LATE_LABELS_SCHEMA,
+    PROGRESS_SCHEMA,
+    StreamTables,
+)
+from etl.stream.writer import BatchCounts, BatchWriter
+from schemas.config import DatasetJobConfig
+from schemas.errors import (
+    ConfigError,
+    DataRefusedError,
+    FeaturehouseError,
+    LandingError,
+)
 from schemas.names import format_ds, validate_name
 from schemas.redact import redact
 from schemas.registry import DatasetRegistry, load_dataset, parse_duration
-from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from warehouse.jobs import (
+    Progress,
+    add_common_arguments,
+    common_settings,
+    run_spark_job,
+    stderr_progress,
+)
 from warehouse.publish import new_run_id
 
 
@@ -71,10 +88,8 @@ STREAM_CONFS = {"spark.sql.catalogImplementation": "in-memory"}
 STREAM_SQL_CONFS = {"spark.sql.constraintPropagation.enabled": "false"}
 
 
-@dataclass(frozen=True)
-class StreamConfig:
-    dataset: str
-    home: Path
+@dataclass(frozen=True, kw_only=True)
+class StreamConfig(DatasetJobConfig):
     source: Source = Source.FILES
     trigger: Trigger = Trigger.AVAILABLE_NOW
     interval: dt.timedelta = dt.timedelta(seconds=30)
@@ -85,11 +100,9 @@ class StreamConfig:
     max_files: int | None = None
     max_offsets: int | None = None
     publish: bool = True
-    registry_dir: Path | None = None
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        validate_name("dataset", self.dataset)
+        super().__post_init__()
         validate_name("topic prefix", self.topic_prefix)
         if self.source is Source.KAFKA and not self.bootstrap:
             raise ConfigError("--source kafka needs --bootstrap HOST:PORT, the broker to read from "
@@ -285,7 +298,7 @@ class _Loop:
         through = closed_through(watermark, self.registry) if watermark else None
         due = through is not None and (self.published_through is None or through > self.published_through)
         if self.config.publish and due and (new or final):
-            if waiting_days(spark, self.tables, through):
+            if self.tables.waiting_days(spark, through):
                 self._publish(through)
             else:
                 self.published_through = through  # nothing staged is waiting: no process to start
@@ -339,22 +352,6 @@ class _Loop:
 
 def _parse_time(text: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
-
-
-def in_process_publisher(spark: SparkSession, config: StreamConfig, *, progress: Progress | None = None
-                         ) -> Callable[[dt.date], int]:  # fmt: skip
-    """A ``publisher`` for :func:`run` that decides the closed days in this session, not in a process of its own:
-    for a session that already holds the metastore (the demo, tests); returns stream-publish's exit status."""
-    from etl import stream_publish
-
-    def publish(through: dt.date) -> int:
-        summary = stream_publish.run(spark, stream_publish.StreamPublishConfig(
-            dataset=config.dataset, through=through, home=config.home, registry_dir=config.registry_dir,
-        ), progress=progress)  # fmt: skip
-        print(summary.format(), flush=True)
-        return 0 if all(d.published for d in summary.decisions) else DataRefusedError.exit_status
-
-    return publish
 
 
 def _publish_process(config: StreamConfig, through: dt.date, say: Progress) -> int:

@@ -3,7 +3,7 @@
     featurehouse retention                                   # every dataset with a retention: what would go
     featurehouse retention --dataset ads --apply             # drop ads' expired partitions, then vacuum
     featurehouse retention --as-of 2026-11-30 --apply        # measure retention from another day
-    spark-submit etl/retention.py --dataset ads --apply
+    spark-submit etl/maintenance/retention.py --dataset ads --apply
 
 A registry file sets ``retention: 365d``; a dataset without it keeps every partition and is
 skipped (naming it with ``--dataset`` is an error). The cutoff is ``--as-of`` (default: today,
@@ -32,20 +32,30 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from etl.catalog import registry_datasets
-from etl.quarantine import quarantine_table
+from etl.records.quarantine import quarantine_table
+from schemas.config import SparkJobConfig
 from schemas.errors import ConfigError
 from schemas.names import format_ds, parse_ds, validate_name
-from schemas.registry import PARTITION_COLUMN, DatasetRegistry, load_dataset
-from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from schemas.registry import (
+    PARTITION_COLUMN,
+    DatasetRegistry,
+    load_dataset,
+    registry_datasets,
+)
+from warehouse.jobs import (
+    Progress,
+    add_common_arguments,
+    common_settings,
+    run_spark_job,
+    stderr_progress,
+)
 from warehouse.tables import current_version, retry_conflicts, table_name
 
 #: Delta's default of ``delta.deletedFileRetentionDuration``, what VACUUM keeps when the table sets none.
@@ -57,14 +67,11 @@ def utc_today() -> dt.date:
     return dt.datetime.now(dt.UTC).date()
 
 
-@dataclass(frozen=True)
-class RetentionConfig:
-    home: Path
+@dataclass(frozen=True, kw_only=True)
+class RetentionConfig(SparkJobConfig):
     datasets: tuple[str, ...] = ()  # empty: every registry file that sets a retention
     as_of: dt.date = field(default_factory=utc_today)
     apply: bool = False
-    registry_dir: Path | None = None
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for dataset in self.datasets:

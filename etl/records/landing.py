@@ -21,7 +21,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from schemas.landing_layout import SUCCESS_MARKER, Landing, Stream, label_days
-from schemas.spark import CORRUPT_RECORD_COLUMN, impression_event_schema, label_event_schema
+from schemas.spark import (
+    CORRUPT_RECORD_COLUMN,
+    impression_event_schema,
+    label_event_schema,
+)
 
 __all__ = ["SUCCESS_MARKER", "Landing", "Stream", "label_days"]  # the layout, re-exported for the Spark jobs
 

@@ -11,13 +11,12 @@ change. See ``warehouse/evolution.py`` for the rules.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from schemas.names import validate_name
+from schemas.config import DatasetJobConfig
 from schemas.registry import load_dataset
 from warehouse import evolution
 from warehouse.jobs import Summary, add_common_arguments, common_settings, run_spark_job
@@ -25,16 +24,9 @@ from warehouse.jobs import Summary, add_common_arguments, common_settings, run_s
 ACTIONS = ("diff", "apply")
 
 
-@dataclass(frozen=True)
-class FeaturesConfig:
+@dataclass(frozen=True, kw_only=True)
+class FeaturesConfig(DatasetJobConfig):
     action: str
-    dataset: str
-    home: Path
-    registry_dir: Path | None = None
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        validate_name("dataset", self.dataset)
 
 
 @dataclass(frozen=True)

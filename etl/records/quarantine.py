@@ -12,7 +12,7 @@ Nothing a logger wrote is lost: a record the label join cannot use lands in
     raw           the line as it was
     problem       empty_line, not_json, missing_field, bad_type, bad_timestamp, outside_ds,
                   not_finite, unknown_label_type, empty_file; criteo: field_count, bad_label,
-                  not_integer, not_hex (etl/criteo_import.py)
+                  not_integer, not_hex (etl/criteo/importer.py)
     reason        e.g. "dense feature 'user_ctr_7d': 'abc' is not a number"
     run_id        the label join (or import) that found it
 
@@ -31,7 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from etl.landing import RAW_COLUMN, line_numbers
+from etl.records.landing import RAW_COLUMN, line_numbers
 from schemas.names import format_ds, validate_name
 from schemas.registry import DatasetRegistry, DType, Feature, Kind
 from schemas.spark import CORRUPT_RECORD_COLUMN
@@ -143,7 +143,7 @@ def impression_valid(registry: DatasetRegistry, ds: str | None) -> Column:
 
     It parsed, has an ``impression_id`` and an ``event_time`` within ``ds``, and every dense
     feature is finite in its dtype. Evaluated on the columns
-    :func:`etl.label_join.flatten_impressions` builds (the typed record and the flattened features).
+    :func:`etl.records.flatten.flatten_impressions` builds (the typed record and the flattened features).
     """
     valid = _required(["impression_id", "event_time"]) & _in_ds(ds)
     for feature in registry.logged_features:

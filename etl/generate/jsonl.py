@@ -1,4 +1,4 @@
-"""Vectorised JSON-lines rendering and partition writing for the log generator (``etl/generate.py``).
+"""Vectorised JSON-lines rendering and partition writing for the log generator (``etl/generate/job.py``).
 
 Python's ``json.dumps`` and ``repr(float)`` cost about half a microsecond per value, and
 an impression carries ~300 values, so the generator renders text with numpy instead::

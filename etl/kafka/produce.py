@@ -24,7 +24,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from etl.kafka_broker import BrokerError, answers, create_topics
+from etl.kafka.broker import BrokerError, answers, create_topics
 from schemas.errors import ConfigError, LandingError, run_command
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.paths import default_home
@@ -206,7 +206,7 @@ def run(config: ProduceConfig, *, progress: Callable[[str], None] | None = None)
     folders = _partitions(config)
     if not answers(config.bootstrap, CONNECT_TIMEOUT_S):
         raise BrokerError(f"no Kafka broker answered at --bootstrap {config.bootstrap} within {CONNECT_TIMEOUT_S:g}s; "
-                          "start one (etl.kafka_broker.local_broker) or fix --bootstrap")  # fmt: skip
+                          "start one (etl.kafka.broker.local_broker) or fix --bootstrap")  # fmt: skip
     counts = {stream: TopicCount(config.topic(stream)) for stream in STREAMS}
     create_topics(config.bootstrap, [count.topic for count in counts.values()])
     sender = _Sender(config.bootstrap, config.rate)

@@ -1,7 +1,7 @@
 """Backfill a derived feature into past partitions, one partition per Delta commit.
 
     featurehouse backfill --dataset ads --feature item_ctr_7d_log --from 2026-11-01 --to 2026-11-05
-    spark-submit etl/backfill.py --dataset ads --feature item_ctr_7d_log --from ... --to ...
+    spark-submit etl/maintenance/backfill.py --dataset ads --feature item_ctr_7d_log --from ... --to ...
 
 For each ds of the range that the table has, in order:
 
@@ -22,34 +22,36 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from schemas.config import DatasetJobConfig
 from schemas.errors import ConfigError, RegistryError, TableError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.registry import DatasetRegistry, Feature, load_dataset
 from warehouse.derived import derived_column, validate_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from warehouse.jobs import (
+    Progress,
+    add_common_arguments,
+    common_settings,
+    run_spark_job,
+    stderr_progress,
+)
 from warehouse.tables import current_version, replace_partition, table_name
 
 
-@dataclass(frozen=True)
-class BackfillConfig:
-    dataset: str
+@dataclass(frozen=True, kw_only=True)
+class BackfillConfig(DatasetJobConfig):
     feature: str
     start: dt.date
     end: dt.date
-    home: Path
-    registry_dir: Path | None = None
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        validate_name("dataset", self.dataset)
+        super().__post_init__()
         validate_name("feature", self.feature)
         if self.end < self.start:
             raise ConfigError(f"--to {self.end} is before --from {self.start}; give the range in order")

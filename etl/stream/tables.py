@@ -15,17 +15,19 @@ paths under their names (``CREATE TABLE ... LOCATION``), so SQL sees them live::
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from etl.quarantine import DATABASE as QUARANTINE_DATABASE
+from etl.records.quarantine import DATABASE as QUARANTINE_DATABASE
 from schemas.catalog import CATALOG_DATABASE
-from schemas.names import validate_name
+from schemas.names import format_ds, validate_name
 from warehouse.publish import STAGING_DATABASE
 
 LATE_LABELS_SCHEMA = T.StructType(
@@ -138,3 +140,12 @@ class StreamTables:
             name = self.name(table)
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {name.split('.')[0]}")
             spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{self.path(table)}'")
+
+    def waiting_days(self, spark: SparkSession, through: dt.date) -> list[str]:
+        """The staged days through ``through`` that have no decision yet (tables read by path: no metastore)."""
+        def days(table: str, upto: str | None = None) -> set[str]:
+            frame = self.read(spark, table)
+            frame = frame.where(F.col("ds") <= upto) if upto else frame
+            return {r.ds for r in frame.select("ds").distinct().collect()}
+
+        return sorted(days("staging", format_ds(through)) - days("days"))

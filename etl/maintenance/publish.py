@@ -23,34 +23,42 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import getpass
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from schemas.config import DatasetJobConfig
 from schemas.errors import ConfigError, DataRefusedError, TableError
-from schemas.names import format_ds, parse_ds, validate_name
+from schemas.names import format_ds, parse_ds
 from schemas.registry import load_dataset
-from warehouse.jobs import add_common_arguments, common_settings, run_spark_job, stderr_progress, Progress
-from warehouse.publish import Decision, Override, audit_and_publish, check_run_id, last_decision
+from warehouse.jobs import (
+    Progress,
+    add_common_arguments,
+    common_settings,
+    run_spark_job,
+    stderr_progress,
+)
+from warehouse.publish import (
+    Decision,
+    Override,
+    audit_and_publish,
+    check_run_id,
+    last_decision,
+)
 from warehouse.tables import table_name
 
 
-@dataclass(frozen=True)
-class PublishConfig:
-    dataset: str
+@dataclass(frozen=True, kw_only=True)
+class PublishConfig(DatasetJobConfig):
     ds: dt.date
-    home: Path
     run_id: str | None = None
     force: bool = False
     reason: str | None = None
     by: str | None = None
-    registry_dir: Path | None = None
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        validate_name("dataset", self.dataset)
+        super().__post_init__()
         if self.run_id is not None:
             check_run_id(self.run_id)
         if self.force and not (self.reason or "").strip():

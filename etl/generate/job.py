@@ -13,12 +13,12 @@ place with ``_SUCCESS`` already in it, so a reader never sees half a partition; 
 replaces the folders it writes, and the same config writes the same bytes. Label
 partitions go on past the last impression day until the longest label window of its
 last impression has closed. The data carries at-least-once duplicates, orphan labels,
-late labels and a planted click signal (``etl/_gen_world.py``) that features carry
-(``etl/_gen_features.py``).
+late labels and a planted click signal (``etl/generate/world.py``) that features carry
+(``etl/generate/features.py``).
 
 Example::
 
-    python -m etl.generate --home /tmp/fh --days 2 --impressions-per-day 5000
+    python -m etl.generate.job --home /tmp/fh --days 2 --impressions-per-day 5000
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from etl import _gen_features as gf
-from etl import _gen_jsonl as gj
-from etl import _gen_world as gw
+from etl.generate import features as gf
+from etl.generate import jsonl as gj
+from etl.generate import world as gw
 from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds, parse_ds
 from schemas.registry import DatasetRegistry, load_dataset

@@ -2,7 +2,7 @@
 
     featurehouse catalog sync                                   # every registry file -> featurehouse_catalog.features
     featurehouse catalog stats --dataset ads --ds 2026-11-01    # one partition's statistics -> feature_stats
-    spark-submit etl/catalog.py stats --dataset ads --ds 2026-11-01
+    spark-submit etl/maintenance/catalog.py stats --dataset ads --ds 2026-11-01
 
 ``sync`` is idempotent: unchanged features keep their row (and ``updated_at``), and
 nothing is written when nothing changed. ``stats`` computes a partition's statistics
@@ -13,30 +13,33 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from schemas.config import SparkJobConfig
+from schemas.errors import ConfigError
 from schemas.names import format_ds, parse_ds, validate_name
-from schemas.registry import DEFAULT_REGISTRY_DIR, load_dataset
-from schemas.errors import ConfigError, RegistryError
+from schemas.registry import load_dataset, registry_datasets
 from warehouse import stats
 from warehouse.catalog import ensure_catalog, sync_features
-from warehouse.jobs import Progress, add_common_arguments, common_settings, run_spark_job, stderr_progress
+from warehouse.jobs import (
+    Progress,
+    add_common_arguments,
+    common_settings,
+    run_spark_job,
+    stderr_progress,
+)
 
 ACTIONS = ("sync", "stats")
 
 
-@dataclass(frozen=True)
-class CatalogConfig:
+@dataclass(frozen=True, kw_only=True)
+class CatalogConfig(SparkJobConfig):
     action: str
-    home: Path
     datasets: tuple[str, ...] = ()
     days: tuple[dt.date, ...] = ()
-    registry_dir: Path | None = None
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for dataset in self.datasets:
@@ -54,15 +57,6 @@ class CatalogSummary:
 
     def format(self) -> str:
         return "\n".join(self.lines)
-
-
-def registry_datasets(registry_dir: Path | None) -> tuple[str, ...]:
-    """The datasets that have a registry file in ``registry_dir``."""
-    directory = Path(registry_dir) if registry_dir else DEFAULT_REGISTRY_DIR
-    names = tuple(sorted(p.stem for p in directory.glob("*.yaml")))
-    if not names:
-        raise RegistryError(f"no registry files (*.yaml) in {directory}; pass --registry-dir")
-    return names
 
 
 def run(spark: SparkSession, config: CatalogConfig, *, progress: Progress | None = None) -> CatalogSummary:

@@ -1,0 +1,1 @@
+"""Table-maintenance jobs: publish a refused partition, apply registry changes, backfill, retention, catalog."""

@@ -1,0 +1,69 @@
+"""Labels attributed to their impressions inside each label type's window, and the feature table's rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from schemas.registry import DatasetRegistry
+
+
+def window_micros(registry: DatasetRegistry) -> Column:
+    """The attribution window of each row's ``label_type``, in microseconds (null for unknown types)."""
+    expr = None
+    for label in registry.labels:
+        micros = F.lit(label.window // dt.timedelta(microseconds=1))
+        expr = F.when(F.col("label_type") == label.name, micros) if expr is None else expr.when(
+            F.col("label_type") == label.name, micros
+        )
+    return expr
+
+
+def attribute_labels(impressions: DataFrame, labels: DataFrame, registry: DatasetRegistry) -> DataFrame:
+    """Labels joined to their impressions, with their delay and whether they fall in the window.
+
+    ``impressions``: impression_id, event_time (deduplicated).
+    ``labels``: impression_id, label_type (known types only), event_time.
+    """
+    delay = F.unix_micros(F.col("l.event_time")) - F.unix_micros(F.col("i.event_time"))
+    return (
+        impressions.select("impression_id", "event_time").alias("i")
+        .join(labels.alias("l"), F.col("i.impression_id") == F.col("l.impression_id"))
+        .select(
+            F.col("i.impression_id").alias("impression_id"),
+            F.col("l.label_type").alias("label_type"),
+            delay.alias("delay_us"),
+        )
+        .withColumn("in_window", (F.col("delay_us") >= 0) & (F.col("delay_us") <= window_micros(registry)))
+    )
+
+
+def label_columns(attributed: DataFrame, registry: DatasetRegistry) -> DataFrame:
+    """One row per impression with a matched label: one 0/1 column per label type."""
+    return attributed.groupBy("impression_id").agg(
+        *[
+            F.max(F.when((F.col("label_type") == label.name) & F.col("in_window"), 1).otherwise(0)).alias(label.column)
+            for label in registry.labels
+        ]
+    )
+
+
+def feature_rows(impressions: DataFrame, attributed: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+    """The rows of the feature table for ``ds``: keys, labels (0/1), features, ds.
+
+    ``impressions``: valid, deduplicated rows of :func:`flatten_impressions`; ``attributed``: their
+    labels, from :func:`attribute_labels`.
+    """
+    positives = label_columns(attributed, registry)
+    joined = impressions.join(positives, "impression_id", "left").fillna(0, subset=list(registry.label_columns))
+    return joined.select(
+        "impression_id",
+        "user_id",
+        "item_id",
+        "event_time",
+        *[F.col(c).cast("int").alias(c) for c in registry.label_columns],
+        *[f.name for f in registry.stored_features],
+        F.lit(ds).alias("ds"),
+    )
