@@ -7,7 +7,7 @@ at parse time:
 ========================== =================================================================
 Airflow Variable           meaning (default: works on the embedded set-up)
 ========================== =================================================================
-featurehouse_home          the data folder (default: $FEATUREHOUSE_HOME, else <repo>/data)
+featurehouse_home          the data folder (default: schemas.paths.default_home: $FEATUREHOUSE_HOME, else <repo>/data)
 featurehouse_landing       the landing zone root, a path or URI (default: <home>/landing)
 featurehouse_registry_dir  the registry folder (default: schemas/datasets of this repo)
 featurehouse_spark_conf    a JSON object of Spark settings for every job, e.g. a shared metastore
@@ -41,6 +41,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import ObjectStoragePath, Param, PokeReturnValue, Variable
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from schemas.paths import default_home, landing_location
 from schemas.landing_layout import SUCCESS_MARKER, Landing, Stream, label_days
 from schemas.names import NAME_PATTERN
 
@@ -133,15 +134,15 @@ class Settings:
 
     @classmethod
     def load(cls) -> Settings:
-        home = Path(Variable.get("featurehouse_home", default=None) or os.environ.get("FEATUREHOUSE_HOME")
-                    or REPO_ROOT / "data").resolve()  # fmt: skip
+        configured = Variable.get("featurehouse_home", default=None)
+        home = Path(configured).resolve() if configured else default_home()
         try:
             spark_conf = parse_spark_conf(Variable.get("featurehouse_spark_conf", default=None))
         except ValueError as err:
             raise AirflowFailException(str(err)) from err
         return cls(
             home=home,
-            landing=Variable.get("featurehouse_landing", default=None) or str(home / "landing"),
+            landing=Variable.get("featurehouse_landing", default=None) or landing_location(home),
             registry_dir=Variable.get("featurehouse_registry_dir", default=None),
             spark_conf=spark_conf,
         )

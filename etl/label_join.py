@@ -71,6 +71,7 @@ from etl.records.quarantine import (
     with_label_problem,
     write_quarantine,
 )
+from schemas.paths import landing_location
 from schemas.config import DatasetJobConfig
 from schemas.errors import ConfigError, DataRefusedError, LandingError
 from schemas.names import format_ds, parse_ds
@@ -103,7 +104,7 @@ class LabelJoinConfig(DatasetJobConfig):
 
     @property
     def landing_root(self) -> str:
-        return self.landing or str(self.home / "landing")
+        return self.landing or landing_location(self.home)
 
 
 @dataclass(frozen=True)

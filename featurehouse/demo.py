@@ -39,6 +39,7 @@ from featurehouse.demo_faults import break_release, plant_malformed
 from featurehouse.demo_stream import stream_and_compare
 from schemas.errors import DataRefusedError, run_command
 from schemas.names import parse_ds, validate_name
+from schemas.paths import landing_location
 from warehouse.jobs import add_common_arguments, common_settings, stderr_progress
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def run(config: DemoConfig) -> None:
     staged_dir.mkdir(parents=True, exist_ok=True)
     days = [config.start + dt.timedelta(days=i) for i in range(config.days)]
     broken = config.start + dt.timedelta(days=config.days)
-    landing = config.home / "landing"
+    landing = Path(landing_location(config.home))
     faults = (plant_malformed(landing, days[1]) if len(days) > 1 else []) + break_release(landing, broken, seed=config.seed)
     say("planted faults (featurehouse/demo_faults.py)", "\n".join(f"  {fault}" for fault in faults))
     with spark_session(config.home, conf=config.spark_conf) as spark:

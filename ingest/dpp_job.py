@@ -26,7 +26,7 @@ from ingest.spec import load_spec
 from schemas.config import JobConfig
 from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds
-from schemas.paths import default_home
+from schemas.paths import default_home, warehouse_location
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +48,7 @@ class DppConfig(JobConfig):
 
 def run(config: DppConfig, *, out=print):
     spec, registry = load_spec(config.job, registry_dir=config.registry_dir)
-    warehouse = str(config.home / "warehouse")
+    warehouse = warehouse_location(config.home)
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
     reader = open_reader(spec, registry, warehouse=warehouse, version=config.version)

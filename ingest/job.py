@@ -25,7 +25,7 @@ from schemas.catalog import FEATURE_USAGE, catalog_table_uri
 from schemas.config import JobConfig
 from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds
-from schemas.paths import default_home
+from schemas.paths import default_home, warehouse_location
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +50,7 @@ def _shapes(batch) -> str:
 
 def run(config: ReadConfig, *, out=print) -> UsageRecord:
     spec, registry = load_spec(config.job, registry_dir=config.registry_dir)
-    warehouse = str(config.home / "warehouse")
+    warehouse = warehouse_location(config.home)
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
     reader = open_reader(spec, registry, warehouse=warehouse, version=config.version)

@@ -45,7 +45,7 @@ from schemas.catalog import FEATURE_USAGE, catalog_table_uri
 from schemas.config import JobConfig
 from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds
-from schemas.paths import default_home
+from schemas.paths import default_home, warehouse_location
 from trainer.metrics import Metrics, evaluate
 from trainer.model import DLRM, model_shape
 
@@ -236,7 +236,7 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
                           "epochs: 3}} to train this job")  # fmt: skip
     shape = model_shape(spec, registry)
     device = pick_device(config.device)
-    warehouse = str(config.home / "warehouse")
+    warehouse = warehouse_location(config.home)
     run_dir = config.out or config.home / "runs" / spec.job_id
     with distributed(device) as ranks, ExitStack() as stack:
         say = out if ranks.main else (lambda _line: None)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from schemas.errors import ConfigError
-from schemas.paths import default_home
+from schemas.paths import default_home, warehouse_location
 from schemas.redact import REDACTED, SECRET_KEY
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def embedded_confs(home: Path) -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "hive",
-        "spark.sql.warehouse.dir": str(home / "warehouse"),
+        "spark.sql.warehouse.dir": warehouse_location(home),
         "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={home}",
         "spark.sql.session.timeZone": "UTC",

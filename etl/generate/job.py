@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ import numpy as np
 from etl.generate import features as gf
 from etl.generate import jsonl as gj
 from etl.generate import world as gw
+from schemas.paths import default_home, landing_location
 from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds, parse_ds
 from schemas.registry import DatasetRegistry, load_dataset
@@ -77,7 +77,7 @@ class GenerateConfig:
 
     @property
     def landing(self) -> Path:
-        return Path(self.home) / "landing"
+        return Path(landing_location(self.home))
 
     @property
     def impression_days(self) -> list[dt.date]:
@@ -224,7 +224,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def config_from_args(ns: argparse.Namespace) -> GenerateConfig:
     """Build the config from parsed flags; raises ConfigError for bad values."""
-    home = ns.home or Path(os.environ.get("FEATUREHOUSE_HOME") or "./data")
+    home = ns.home or default_home()
     return GenerateConfig(
         home=Path(home), dataset=ns.dataset, registry_dir=ns.registry_dir, start=parse_ds(ns.start, what="--start"),
         days=ns.days, impressions_per_day=ns.impressions_per_day, users=ns.users, items=ns.items, seed=ns.seed,

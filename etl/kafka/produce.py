@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from etl.kafka.broker import BrokerError, answers, create_topics
 from schemas.errors import ConfigError, LandingError, run_command
 from schemas.names import format_ds, parse_ds, validate_name
-from schemas.paths import default_home
+from schemas.paths import default_home, landing_location
 
 STREAMS = ("impressions", "labels")  # per hour, in this order
 HOURS = tuple(f"{hour:02d}" for hour in range(24))
@@ -66,7 +66,7 @@ class ProduceConfig:
 
     @property
     def landing(self) -> Path:
-        return self.home / "landing"
+        return Path(landing_location(self.home))
 
     @property
     def days_to_send(self) -> list[dt.date]:

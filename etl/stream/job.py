@@ -50,6 +50,7 @@ from etl.stream.tables import (
     StreamTables,
 )
 from etl.stream.writer import BatchCounts, BatchWriter
+from schemas.paths import landing_location
 from schemas.config import DatasetJobConfig
 from schemas.errors import (
     ConfigError,
@@ -115,7 +116,7 @@ class StreamConfig(DatasetJobConfig):
 
     @property
     def landing_root(self) -> str:
-        return self.landing or str(Path(self.home) / "landing")
+        return self.landing or landing_location(self.home)
 
     def topic(self, stream: Stream) -> str:
         return f"{self.topic_prefix}.{self.dataset}.{stream.value}"
