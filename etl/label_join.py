@@ -72,8 +72,9 @@ from etl.records.quarantine import (
     write_quarantine,
 )
 from schemas.paths import landing_location
+from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_many_bad
 from schemas.config import DatasetJobConfig
-from schemas.errors import ConfigError, DataRefusedError, LandingError
+from schemas.errors import DataRefusedError, LandingError
 from schemas.names import format_ds, parse_ds
 from schemas.registry import DatasetRegistry, load_dataset
 from schemas.spark import impression_record_schema
@@ -99,8 +100,7 @@ class LabelJoinConfig(DatasetJobConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.max_bad_fraction is not None and not 0 <= self.max_bad_fraction <= 1:
-            raise ConfigError(f"--max-bad-fraction {self.max_bad_fraction} is not a share; give one in [0, 1], e.g. 0.01")
+        check_max_bad_fraction(self.max_bad_fraction)
 
     @property
     def landing_root(self) -> str:
@@ -273,12 +273,11 @@ def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetR
     table = write_quarantine(spark, config.dataset, config.ds, rows, empty=not problems)
     found = _Quarantined(int(imp_stats["read"]), int(label_day["read"]), bad, problems, table,
                          tuple(sorted(imp_stats["unknown_names"] or [])), int(imp_stats["unknown_values"] or 0))  # fmt: skip
-    limit = registry.quality.max_bad_fraction if config.max_bad_fraction is None else config.max_bad_fraction
+    limit = bad_fraction_limit(registry.quality, config.max_bad_fraction)
     for stream, read in ((Stream.IMPRESSIONS.value, found.impressions_read), (Stream.LABELS.value, found.label_records)):
-        if read and bad[stream] / read > limit:
+        if too_many := too_many_bad(bad[stream], read, limit, what=f"{stream} records of ds {ds}"):
             raise DataRefusedError(
-                f"{bad[stream]:,} of {read:,} {stream} records of ds {ds} ({bad[stream] / read:.2%}) are malformed, "
-                f"more than the {limit:.2%} allowed; nothing was staged or published. They are in {table} "
+                f"{too_many}; nothing was staged or published. They are in {table} "
                 f"(SELECT problem, reason, source_file, line FROM {table} WHERE ds = '{ds}'); fix the "
                 "logs and rerun, or allow more with --max-bad-fraction (or quality.max_bad_fraction in the registry)",
                 details=f"label join {config.dataset} ds={ds}: refused before staging; {found.impressions_read:,} "

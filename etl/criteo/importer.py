@@ -55,6 +55,7 @@ from etl.records.quarantine import (
     quoted,
     write_quarantine,
 )
+from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_many_bad
 from schemas.config import DatasetJobConfig
 from schemas.criteo import (
     DENSE_FEATURES,
@@ -104,8 +105,7 @@ class CriteoImportConfig(DatasetJobConfig):
         if self.split_days is not None and (self.split_days < 1 or len(self.files) != 1):
             raise ConfigError(f"--split-days {self.split_days} splits one file into days: give exactly one FILE "
                               f"(got {len(self.files)}) and a positive number of days, e.g. --split-days 7 train.txt")  # fmt: skip
-        if self.max_bad_fraction is not None and not 0 <= self.max_bad_fraction <= 1:
-            raise ConfigError(f"--max-bad-fraction {self.max_bad_fraction} is not a share; give one in [0, 1], e.g. 0.01")
+        check_max_bad_fraction(self.max_bad_fraction)
         for path in self.files:
             if path.endswith((".tar.gz", ".tgz", ".tar")):
                 raise ConfigError(f"{path} is a tar archive (Kaggle publishes dac.tar.gz); extract the text file first, "
@@ -358,12 +358,11 @@ def _import_day(spark: SparkSession, config: CriteoImportConfig, registry: Datas
     write_quarantine(spark, config.dataset, day, rows, empty=not bad and not file_empty)
     problems = {r["problem"]: r["count"] for r in rows.groupBy("problem").count().collect()} if bad or file_empty else {}
     result = DayResult(ds, _file_name(source), first or 1, lines, bad, clicks, problems)
-    limit = registry.quality.max_bad_fraction if config.max_bad_fraction is None else config.max_bad_fraction
     if lines == 0:
         return replace(result, refused="no lines: the file is empty, or has fewer lines than --split-days")
-    if bad / lines > limit:
-        return replace(result, refused=f"{bad:,} of {lines:,} lines ({bad / lines:.2%}) are malformed, more than the "
-                       f"{limit:.2%} allowed; nothing was staged. Fix the file, or allow more with --max-bad-fraction")  # fmt: skip
+    if too_many := too_many_bad(bad, lines, bad_fraction_limit(registry.quality, config.max_bad_fraction), what="lines"):
+        return replace(result, refused=f"{too_many}; nothing was staged. Fix the file, or allow more with "
+                       "--max-bad-fraction")  # fmt: skip
     say(f"{config.dataset} ds={ds}: {lines:,} lines ({bad:,} quarantined)")
     with persisted(table_rows(in_day.where(F.col(VALID_COLUMN)), registry, _file_name(source), day)) as rows:
         gate = audit_and_publish(spark, registry, rows, table=table, day=day, run_id=run_id, home=config.home,

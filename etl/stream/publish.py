@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from etl.records.attribution import feature_rows, window_micros
 from etl.stream.tables import DAYS_SCHEMA, StreamTables
+from schemas.bad_records import bad_fraction_limit, too_many_bad
 from schemas.config import DatasetJobConfig
 from schemas.errors import DataRefusedError
 from schemas.names import format_ds, parse_ds
@@ -116,12 +117,10 @@ def _decide(spark: SparkSession, config: StreamPublishConfig, registry: DatasetR
     late = tables.read(spark, "late_labels")
     with persisted(day_rows(staged, registry, ds)) as rows:
         read = rows.count() + bad_by_stream.get("impressions", 0)
-        limit = registry.quality.max_bad_fraction
         bad_imps = bad_by_stream.get("impressions", 0)
         late_labels = late.join(rows.select("impression_id"), "impression_id", "left_semi").count()
-        if read and bad_imps / read > limit:
-            detail = (f"{bad_imps:,} of {read:,} impression records are malformed ({bad_imps / read:.2%}, more than "
-                      f"{limit:.2%}); see {tables.name('quarantine')} WHERE ds = '{ds}'")  # fmt: skip
+        if too_many := too_many_bad(bad_imps, read, bad_fraction_limit(registry.quality), what="impression records"):
+            detail = f"{too_many}; see {tables.name('quarantine')} WHERE ds = '{ds}'"
             _record(spark, tables, ds, "refused", run_id, read - bad_imps, late_labels, None, None)
             say(f"{config.dataset} ds={ds}: refused before the gate: {detail}")
             return DayDecision(ds, False, read - bad_imps, late_labels, detail)
