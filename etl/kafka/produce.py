@@ -25,6 +25,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Message, Producer
 
 from etl.kafka.broker import BrokerError, answers, create_topics
+from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
 from schemas.errors import ConfigError, LandingError, run_command
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.paths import default_home, landing_location
@@ -32,7 +33,6 @@ from schemas.paths import default_home, landing_location
 STREAMS = ("impressions", "labels")  # per hour, in this order
 HOURS = tuple(f"{hour:02d}" for hour in range(24))
 BOOTSTRAP = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
-TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 CONNECT_TIMEOUT_S = 10.0
 FLUSH_TIMEOUT_S = 60.0
 
@@ -47,7 +47,7 @@ class ProduceConfig:
     bootstrap: str
     days: int = 1
     rate: float | None = None  # lines per second over both topics; None: as fast as possible
-    topic_prefix: str = "featurehouse"
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home))
@@ -60,9 +60,7 @@ class ProduceConfig:
         if self.rate is not None and not (isinstance(self.rate, int | float) and 0 < self.rate < float("inf")):
             raise ConfigError(f"--rate must be a positive number of lines per second, got {self.rate!r}; "
                               "leave it out to send as fast as possible")  # fmt: skip
-        if not isinstance(self.topic_prefix, str) or not TOPIC_PREFIX.fullmatch(self.topic_prefix):
-            raise ConfigError(f"--topic-prefix {self.topic_prefix!r} is not a Kafka topic name part; use 1-200 "
-                              "letters, digits, '.', '_' or '-', e.g. --topic-prefix featurehouse")  # fmt: skip
+        check_topic_prefix(self.topic_prefix)
 
     @property
     def landing(self) -> Path:
@@ -73,7 +71,7 @@ class ProduceConfig:
         return [self.start + dt.timedelta(days=i) for i in range(self.days)]
 
     def topic(self, stream: str) -> str:
-        return f"{self.topic_prefix}.{self.dataset}.{stream}"
+        return topic_name(self.topic_prefix, self.dataset, stream)
 
 
 @dataclass
@@ -163,7 +161,7 @@ def parse_args(argv: list[str] | None = None) -> ProduceConfig:
     parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]")
     parser.add_argument("--rate", type=float, default=None,
                         help="at most this many lines per second over both topics (default: as fast as possible)")
-    parser.add_argument("--topic-prefix", default="featurehouse", help="topics are PREFIX.DATASET.impressions and "
+    parser.add_argument("--topic-prefix", default=DEFAULT_TOPIC_PREFIX, help="topics are PREFIX.DATASET.impressions and "
                         "PREFIX.DATASET.labels (default: %(default)s)")
     parser.add_argument("--home", type=Path, default=None,
                         help="data folder; logs are read from HOME/landing (default: $FEATUREHOUSE_HOME or ./data)")

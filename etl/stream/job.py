@@ -40,6 +40,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
+from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
 from etl.records.landing import Stream, path_exists
 from etl.records.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from etl.stream.plan import plan, read_files, read_kafka, staging_columns
@@ -58,7 +59,7 @@ from schemas.errors import (
     FeaturehouseError,
     LandingError,
 )
-from schemas.names import format_ds, validate_name
+from schemas.names import format_ds
 from schemas.redact import redact
 from schemas.registry import DatasetRegistry, load_dataset, parse_duration
 from warehouse.jobs import (
@@ -96,7 +97,7 @@ class StreamConfig(DatasetJobConfig):
     interval: dt.timedelta = dt.timedelta(seconds=30)
     landing: str | None = None
     bootstrap: str | None = None
-    topic_prefix: str = "featurehouse"
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
     watermark_delay: dt.timedelta = dt.timedelta(hours=1)
     max_files: int | None = None
     max_offsets: int | None = None
@@ -104,7 +105,7 @@ class StreamConfig(DatasetJobConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        validate_name("topic prefix", self.topic_prefix)
+        check_topic_prefix(self.topic_prefix)
         if self.source is Source.KAFKA and not self.bootstrap:
             raise ConfigError("--source kafka needs --bootstrap HOST:PORT, the broker to read from "
                               "(e.g. --bootstrap 127.0.0.1:9092)")  # fmt: skip
@@ -119,7 +120,7 @@ class StreamConfig(DatasetJobConfig):
         return self.landing or landing_location(self.home)
 
     def topic(self, stream: Stream) -> str:
-        return f"{self.topic_prefix}.{self.dataset}.{stream.value}"
+        return topic_name(self.topic_prefix, self.dataset, stream.value)
 
 
 @dataclass
@@ -375,7 +376,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", default="30s", help="micro-batch interval of --trigger continuous, e.g. 10s, 1m")
     parser.add_argument("--landing", default=None, help="landing zone root for --source files (default: <home>/landing)")
     parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers HOST:PORT for --source kafka")
-    parser.add_argument("--topic-prefix", default="featurehouse", help="Kafka topic prefix (default: %(default)s)")
+    parser.add_argument("--topic-prefix", default=DEFAULT_TOPIC_PREFIX, help="Kafka topic prefix (default: %(default)s)")
     parser.add_argument("--watermark-delay", default="1h",
                         help="how far behind the latest event time a record may arrive and still count; later labels "
                         "go to the late-labels table (default: %(default)s)")  # fmt: skip
