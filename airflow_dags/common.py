@@ -41,6 +41,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import ObjectStoragePath, Param, PokeReturnValue, Variable
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from schemas.errors import EXIT_REFUSED
 from schemas.paths import default_home, landing_location
 from schemas.landing_layout import SUCCESS_MARKER, Landing, Stream, label_days
 from schemas.names import NAME_PATTERN
@@ -49,8 +50,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The pool every Spark task takes a slot of, and the Connection naming the Spark master.
 SPARK_POOL = "featurehouse_spark"
 SPARK_CONN_ID = "featurehouse_spark"
-#: A featurehouse job's exit status when the quality gate refused the data: retrying cannot help.
-EXIT_REFUSED = 3
 #: Where the DAGs without catchup start (their first run is the latest tick anyway).
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 

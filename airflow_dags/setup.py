@@ -17,8 +17,8 @@ from __future__ import annotations
 import sys
 
 from airflow_dags.common import SPARK_CONN_ID, SPARK_POOL, parse_spark_conf
+from schemas.settings import METASTORE_URL
 
-METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
 
 
 def pool_slots(slots_text: str | None, spark_conf_text: str | None) -> int:

@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from schemas.errors import EXIT_ERROR
+
 #: subcommand -> (module with main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("featurehouse.demo", "the main job: 7 days of logs label-joined while the schema evolves, catalog stats, SQL"),
@@ -55,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
         build_parser().parse_args(argv)  # prints usage, or --help, and exits
-        return 2
+        return EXIT_ERROR
     module = importlib.import_module(COMMANDS[argv[0]][0])
     return int(module.main(argv[1:]))
 

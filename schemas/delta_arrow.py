@@ -31,13 +31,13 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 from pyarrow import fs as pafs
 
+from schemas.settings import COLUMN_MAPPING_MODE
 from schemas.delta_snapshot import PHYSICAL_NAME_KEY
 from schemas.errors import TableError
 from schemas.names import format_ds
 from schemas.registry import PARTITION_COLUMN
 
 #: The table property that turns column mapping on ("name" or "id"; "none" or absent: off).
-COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 #: Reader table features :func:`arrow_dataset` honours; any other one (deletion vectors, ...) is refused.
 HONOURED_READER_FEATURES = frozenset({"columnMapping", "timestampNtz"})
 

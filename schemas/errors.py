@@ -13,10 +13,16 @@ from collections.abc import Callable, Iterable
 from schemas.redact import redact
 
 
+#: A command's exit status for a bad command, input or environment (argparse's, too) ...
+EXIT_ERROR = 2
+#: ... and for data the gate or the bad-record limit refused: retrying the same command cannot help.
+EXIT_REFUSED = 3
+
+
 class FeaturehouseError(Exception):
     """Root of every error featurehouse raises on purpose."""
 
-    exit_status = 2
+    exit_status = EXIT_ERROR
 
 
 class RegistryError(FeaturehouseError):
@@ -46,7 +52,7 @@ class DataRefusedError(FeaturehouseError):
     error line; the exit status is 3, so a scheduler can tell bad data from a bad command.
     """
 
-    exit_status = 3
+    exit_status = EXIT_REFUSED
 
     def __init__(self, message: str, *, details: str = "") -> None:
         super().__init__(message)

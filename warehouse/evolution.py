@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType
 from pyspark.errors import AnalysisException
 
+from schemas.settings import COLUMN_MAPPING_MODE
 from schemas.errors import RegistryError, TableError, first_line
 from schemas.registry import KEY_COLUMNS, PARTITION_COLUMN, DatasetRegistry, Feature, Status
 from schemas.spark import feature_type, table_schema
@@ -35,7 +36,6 @@ from warehouse.derived import validate_derived
 from warehouse.catalog import SyncResult, catalog_features, feature_row, sync_features
 from warehouse.tables import CONFLICTS, DATABASE, create_if_missing, table_name
 
-COLUMN_MAPPING = "delta.columnMapping.mode"
 
 
 class Action(StrEnum):
@@ -234,7 +234,7 @@ def plan_changes(
             Action.ENABLE_COLUMN_MAPPING, None,
             f"{table}: Delta column mapping by name (protocol reader 2 / writer 5; readers need Delta >= 1.2)",
             f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.minReaderVersion' = '2', "
-            f"'delta.minWriterVersion' = '5', '{COLUMN_MAPPING}' = 'name')",
+            f"'delta.minWriterVersion' = '5', '{COLUMN_MAPPING_MODE}' = 'name')",
         ))  # fmt: skip
     changes = column_changes + _catalog_changes(registry, catalog, done)
     touched = {c.feature for c in changes if c.feature}
@@ -251,7 +251,7 @@ def table_state(spark: SparkSession, table: str) -> tuple[dict[str, DataType] | 
         return None, False
     columns = {f.name: f.dataType for f in spark.table(table).schema.fields}
     properties = DeltaTable.forName(spark, table).detail().first()["properties"] or {}
-    return columns, properties.get(COLUMN_MAPPING, "none") == "name"
+    return columns, properties.get(COLUMN_MAPPING_MODE, "none") == "name"
 
 
 def make_plan(
@@ -272,7 +272,7 @@ def create_table(spark: SparkSession, registry: DatasetRegistry, table: str) -> 
         .tableName(table)
         .addColumns(table_schema(registry))
         .partitionedBy(PARTITION_COLUMN)
-        .property(COLUMN_MAPPING, "name")
+        .property(COLUMN_MAPPING_MODE, "name")
         .comment(registry.description or f"feature table of dataset {registry.dataset}")
         .execute()
     ))  # fmt: skip

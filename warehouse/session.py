@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from schemas.settings import METASTORE_URL
 from schemas.errors import ConfigError
 from schemas.paths import default_home, warehouse_location
 from schemas.redact import REDACTED, SECRET_KEY
@@ -69,7 +70,7 @@ def embedded_confs(home: Path) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": warehouse_location(home),
-        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
+        METASTORE_URL: f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={home}",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "8",
@@ -82,7 +83,6 @@ def embedded_confs(home: Path) -> dict[str, str]:
 #: JDBC drivers a metastore database needs on the driver JVM's own classpath (Hive's metastore client loads
 #: them there, not from spark.jars): URL scheme -> jar name pattern in the jar folder (jvm/pom.xml).
 METASTORE_DRIVERS = {"jdbc:postgresql:": "postgresql-*.jar"}
-METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
 
 
 def submitted_confs() -> dict[str, str]:
@@ -189,9 +189,7 @@ def check_metastore_free(home: Path, confs: Mapping[str, str]) -> None:
     """
     if confs.get("spark.sql.catalogImplementation") != "hive":
         return  # the session never opens the metastore (the streaming job addresses its tables by path)
-    if confs.get("spark.hadoop.javax.jdo.option.ConnectionURL") != embedded_confs(home)[
-        "spark.hadoop.javax.jdo.option.ConnectionURL"
-    ]:
+    if confs.get(METASTORE_URL) != embedded_confs(home)[METASTORE_URL]:
         return
     from pyspark import SparkContext
 

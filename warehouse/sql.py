@@ -36,7 +36,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from schemas.delta_arrow import COLUMN_MAPPING_MODE, column_mapping_message
+from schemas.delta_arrow import column_mapping_message
+from schemas.settings import COLUMN_MAPPING_MODE
 from schemas.errors import ConfigError, FeaturehouseError, first_line
 from schemas.redact import redact
 from warehouse.jobs import add_common_arguments, common_settings, run_spark_job

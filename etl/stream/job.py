@@ -54,8 +54,8 @@ from etl.stream.writer import BatchCounts, BatchWriter
 from schemas.paths import landing_location
 from schemas.config import DatasetJobConfig
 from schemas.errors import (
+    EXIT_REFUSED,
     ConfigError,
-    DataRefusedError,
     FeaturehouseError,
     LandingError,
 )
@@ -339,7 +339,7 @@ class _Loop:
         if status == 0:
             self.published_through = through
             self.summary.published.append(f"through {format_ds(through)}")
-        elif status == DataRefusedError.exit_status:
+        elif status == EXIT_REFUSED:
             self.published_through = through  # decided: refused days wait for `featurehouse publish`
             self.summary.refused.append(f"through {format_ds(through)}")
         else:

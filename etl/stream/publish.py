@@ -33,7 +33,7 @@ from etl.records.attribution import feature_rows, window_micros
 from etl.stream.tables import DAYS_SCHEMA, StreamTables
 from schemas.bad_records import bad_fraction_limit, too_many_bad
 from schemas.config import DatasetJobConfig
-from schemas.errors import DataRefusedError
+from schemas.errors import EXIT_REFUSED, DataRefusedError
 from schemas.names import format_ds, parse_ds
 from schemas.registry import DatasetRegistry, load_dataset
 from warehouse.evolution import prepare_for_write
@@ -153,7 +153,7 @@ def in_process_publisher(spark: SparkSession, config: DatasetJobConfig, *, progr
             dataset=config.dataset, through=through, home=config.home, registry_dir=config.registry_dir,
         ), progress=progress)  # fmt: skip
         print(summary.format(), flush=True)
-        return 0 if all(d.published for d in summary.decisions) else DataRefusedError.exit_status
+        return 0 if all(d.published for d in summary.decisions) else EXIT_REFUSED
 
     return publish
 
