@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,7 +37,7 @@ from warehouse.catalog import ensure_catalog
 from warehouse.evolution import check_type
 from warehouse.footers import bytes_by_column
 from warehouse.jobs import Progress
-from warehouse.tables import overwrite_where, table_name
+from warehouse.tables import overwrite_where, persisted, table_name
 
 #: ``percentile_approx`` accuracy (Spark's default): rank error about values / accuracy; exact (every
 #: value kept) while accuracy >= 2 x the non-null values, i.e. up to 5,000 of them.
@@ -167,19 +167,6 @@ def _distinct_ids(frame: DataFrame, features: Sequence[Feature]) -> dict[int, in
     return {int(row["f"]): int(row["n"]) for row in counts}
 
 
-@contextmanager
-def _persisted(frame: DataFrame, *, enabled: bool) -> Iterator[DataFrame]:
-    """``frame`` persisted (memory, spilling to disk) for the block, unpersisted after."""
-    if not enabled:
-        yield frame
-        return
-    frame.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        yield frame
-    finally:
-        frame.unpersist()
-
-
 def _feature_row(
     base: dict[str, Any], feature: Feature, *, index: int, agg: Row, distinct: dict[int, int], bytes_on_disk: int
 ) -> dict[str, Any]:
@@ -257,7 +244,8 @@ def compute_partition_stats(
     sparse = any(f.kind is not Kind.DENSE for f in features)
 
     projected = frame.where(F.col(PARTITION_COLUMN) == F.lit(ds)).select(*(f.name for f in features))
-    with _persisted(projected, enabled=sparse) as data:
+    # read twice when a feature is sparse: by the aggregate, then by the count of its distinct ids
+    with persisted(projected, StorageLevel.MEMORY_AND_DISK) if sparse else nullcontext(projected) as data:
         say(f"aggregating {len(features)} columns")
         agg = data.agg(*_aggregates(features, accuracy)).collect()[0]  # a global aggregate: one row
         if agg["rows"] == 0:

@@ -96,13 +96,14 @@ def replace_partition(spark: SparkSession, table: str, frame: DataFrame, ds: str
 
 
 @contextmanager
-def persisted(frame: DataFrame) -> Iterator[DataFrame]:
-    """``frame`` persisted in Spark's memory (as columns; spilling to local disk) while the block runs.
+def persisted(frame: DataFrame, level: StorageLevel = StorageLevel.MEMORY_AND_DISK_DESER) -> Iterator[DataFrame]:
+    """``frame`` persisted at ``level`` while the block runs: by default in Spark's memory as deserialised
+    rows, spilling to local disk.
 
     For rows read more than once, such as a partition that is validated and then written: they
     are computed once. Released on exit, whatever happens.
     """
-    cached = frame.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    cached = frame.persist(level)
     try:
         yield cached
     finally:

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
@@ -49,6 +49,7 @@ from schemas.registry import (
     load_dataset,
     registry_datasets,
 )
+from warehouse.confs import runtime_confs
 from warehouse.jobs import (
     Progress,
     add_common_arguments,
@@ -159,18 +160,10 @@ def chosen_registries(config: RetentionConfig) -> list[DatasetRegistry]:
     return registries
 
 
-@contextmanager
-def _listing_tasks(spark: SparkSession) -> Iterator[None]:
+def _listing_tasks(spark: SparkSession) -> AbstractContextManager[None]:
     """VACUUM lists the table's folder in ``LISTING_PARALLELISM`` tasks; Spark's default, 10,000, takes
     ~40 s on a small local table. Unless set (``--conf``), use one task per core while the block runs."""
-    if spark.conf.get(LISTING_PARALLELISM, None) is not None:
-        yield
-        return
-    spark.conf.set(LISTING_PARALLELISM, str(spark.sparkContext.defaultParallelism))
-    try:
-        yield
-    finally:
-        spark.conf.unset(LISTING_PARALLELISM)
+    return runtime_confs(spark, {LISTING_PARALLELISM: str(spark.sparkContext.defaultParallelism)}, keep_set=True)
 
 
 def _vacuum(spark: SparkSession, table: str, *, apply: bool) -> int:

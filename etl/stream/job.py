@@ -32,7 +32,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -62,6 +62,7 @@ from schemas.errors import (
 from schemas.names import format_ds
 from schemas.redact import redact
 from schemas.registry import DatasetRegistry, load_dataset, parse_duration
+from warehouse.confs import runtime_confs
 from warehouse.jobs import (
     Progress,
     add_common_arguments,
@@ -212,20 +213,8 @@ def run(spark: SparkSession, config: StreamConfig, *, progress: Progress | None 
     ``publisher(through)``: decides the closed, staged days through ``through`` and returns the exit
     status of ``featurehouse stream-publish`` (default: that command as a process of its own).
     """
-    with _runtime_confs(spark, STREAM_SQL_CONFS):
+    with runtime_confs(spark, STREAM_SQL_CONFS):
         return _run(spark, config, progress, publisher)
-
-
-@contextmanager
-def _runtime_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[None]:
-    previous = {key: spark.conf.get(key, None) for key in confs}
-    for key, value in confs.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
 def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
