@@ -87,7 +87,7 @@ from warehouse.jobs import (
     run_spark_job,
     stderr_progress,
 )
-from warehouse.publish import audit_and_publish, new_run_id
+from warehouse.publish import GateOutcome, audit_and_publish, new_run_id
 from warehouse.tables import CommitMetrics, persisted
 
 
@@ -297,90 +297,146 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
         return _run(spark, config, progress, jobs)
 
 
-def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None, jobs: Callable[[], int]
-         ) -> LabelJoinSummary:  # fmt: skip
-    started = time.monotonic()
-    say = progress or (lambda _message: None)
-    run_id = new_run_id()
+@dataclass(frozen=True)
+class _Plan:
+    """What a run settles before it reads a record: the registry, the day's label partitions, the table."""
+
+    run_id: str
+    registry: DatasetRegistry
+    landing: Landing
+    ds: str
+    days: tuple[dt.date, ...]  # the label partitions the windows reach
+    present_days: tuple[dt.date, ...]  # those of them that exist
+    window_open: bool
+    table: str
+
+
+@dataclass(frozen=True)
+class _LabelCounts:
+    """The summary's label counts: matched, duplicates, outside each window, orphans."""
+
+    matched: int
+    duplicates: int
+    outside_window: Mapping[str, int]
+    orphans: int
+
+
+def _plan(spark: SparkSession, config: LabelJoinConfig, say: Progress) -> _Plan:
+    """Load the registry, check the landing partitions, and bring the table's schema up to the registry."""
     registry = load_dataset(config.dataset, config.registry_dir)
     landing = Landing(config.landing_root)
-    ds = format_ds(config.ds)
     days = label_days(config.ds, registry.max_window)
     window_open = check_partitions(spark, landing, config, days)
     present_days = [d for d in days if path_exists(spark, landing.partition(Stream.LABELS, d))]
     table, changes = prepare_for_write(spark, registry)
     for change in changes:
         say(f"{config.dataset}: {change.action.value} {change.detail}")
+    return _Plan(new_run_id(), registry, landing, format_ds(config.ds), tuple(days), tuple(present_days),
+                 window_open, table)  # fmt: skip
+
+
+def _read(spark: SparkSession, config: LabelJoinConfig, plan: _Plan) -> tuple[DataFrame, DataFrame]:
+    """The day's impression records, flattened and judged, and the label records of its label partitions, judged."""
+    registry = plan.registry
+    records = read_impressions(spark, plan.landing, [config.ds], impression_record_schema(registry))
+    labels = read_labels(spark, plan.landing, plan.present_days) if plan.present_days else empty_labels(spark)
+    labels = labels.withColumn(VALID_COLUMN, label_valid([label.name for label in registry.labels]))
+    labels = labels.withColumn(RAW_COLUMN, F.when(~F.col(VALID_COLUMN), F.col(RAW_COLUMN)))
+    return flatten_impressions(records, registry, plan.ds), labels
+
+
+def _label_counts(spark: SparkSession, config: LabelJoinConfig, plan: _Plan, rows: DataFrame, labels: DataFrame
+                  ) -> _LabelCounts:  # fmt: skip
+    """The labels of the persisted ``rows`` again (two of their columns), and this ds's orphan labels."""
+    registry = plan.registry
     known_types = [label.name for label in registry.labels]
+    stats = attribute_labels(rows.select("impression_id", "event_time"), labels, registry).agg(
+        F.count(F.lit(1)).alias("matched"),
+        F.count_distinct("impression_id", "label_type").alias("distinct_pairs"),
+        *[F.count_if((F.col("label_type") == name) & ~F.col("in_window")).alias(f"out_{name}") for name in known_types],
+    ).first()  # fmt: skip
+    lookback_days = math.ceil(registry.max_window / dt.timedelta(days=1))
+    lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
+    known_ids = rows.select("impression_id").unionByName(
+        _impression_ids_before(spark, plan.landing, plan.table, lookback))
+    orphans = labels.where(F.col("ds") == plan.ds).join(known_ids, "impression_id", "left_anti").count()
+    return _LabelCounts(
+        matched=int(stats["matched"]),
+        duplicates=int(stats["matched"]) - int(stats["distinct_pairs"]),
+        outside_window={name: int(stats[f"out_{name}"]) for name in known_types},
+        orphans=int(orphans),
+    )
+
+
+def _summary(config: LabelJoinConfig, plan: _Plan, found: _Quarantined, labels: _LabelCounts, gate: GateOutcome,
+             *, elapsed_s: float, spark_jobs: int) -> LabelJoinSummary:  # fmt: skip
+    """The run's summary, from what each step found."""
+    report = gate.report
+    return LabelJoinSummary(
+        dataset=config.dataset,
+        ds=plan.ds,
+        table=plan.table,
+        run_id=plan.run_id,
+        label_days=tuple(format_ds(d) for d in plan.days),
+        window_open=plan.window_open,
+        impressions_read=found.impressions_read,
+        quarantined_impressions=found.bad["impressions"],
+        duplicate_impressions=found.impressions_read - found.bad["impressions"] - report.rows,
+        label_records=found.label_records,
+        quarantined_labels=found.bad["labels"],
+        quarantine_table=found.table,
+        problems=found.problems,
+        rows_out=report.rows,
+        positives={label.name: report.label_sums[label.column] for label in plan.registry.labels},
+        labels_matched=labels.matched,
+        duplicate_labels=labels.duplicates,
+        labels_outside_window=labels.outside_window,
+        orphan_labels=labels.orphans,
+        unknown_features=found.unknown_features,
+        unknown_feature_values=found.unknown_feature_values,
+        staging_table=gate.staged,
+        gate=tuple(report.summary_lines()),
+        report_path=str(gate.report_path),
+        commit=gate.commit,
+        elapsed_s=elapsed_s,
+        spark_jobs=spark_jobs,
+    )
+
+
+def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None, jobs: Callable[[], int]
+         ) -> LabelJoinSummary:  # fmt: skip
+    started = time.monotonic()
+    say = progress or (lambda _message: None)
+    plan = _plan(spark, config, say)
+    registry, ds = plan.registry, plan.ds
     now = dt.datetime.now(dt.UTC)
 
-    say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(days[0])} .. {format_ds(days[-1])}")
-    records = read_impressions(spark, landing, [config.ds], impression_record_schema(registry))
-    raw_labels = read_labels(spark, landing, present_days) if present_days else empty_labels(spark)
-    raw_labels = raw_labels.withColumn(VALID_COLUMN, label_valid(known_types))
-    raw_labels = raw_labels.withColumn(RAW_COLUMN, F.when(~F.col(VALID_COLUMN), F.col(RAW_COLUMN)))
-    with persisted(flatten_impressions(records, registry, ds)) as flat, persisted(raw_labels) as raw_labels:
+    say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(plan.days[0])} .. "
+        f"{format_ds(plan.days[-1])}")  # fmt: skip
+    flat, raw_labels = _read(spark, config, plan)
+    with persisted(flat) as flat, persisted(raw_labels) as raw_labels:
         say(f"{config.dataset} ds={ds}: parsing and quarantining bad records")
-        found = _quarantine(spark, config, registry, landing, flat, raw_labels, run_id, now)
+        found = _quarantine(spark, config, registry, plan.landing, flat, raw_labels, plan.run_id, now)
 
         say(f"{config.dataset} ds={ds}: joining labels")
         labels = raw_labels.where(F.col(VALID_COLUMN))
         impressions = dedup_impressions(flat.where(F.col(VALID_COLUMN)), rows=found.impressions_read)
         rows = feature_rows(impressions, attribute_labels(impressions, labels, registry), registry, ds)
         with persisted(rows) as rows:  # computed once: counted, validated and written from the same blocks
-            # The labels of the rows again (reads two columns of the persisted rows): the summary's counts.
-            label_stats = attribute_labels(rows.select("impression_id", "event_time"), labels, registry).agg(
-                F.count(F.lit(1)).alias("matched"),
-                F.count_distinct("impression_id", "label_type").alias("distinct_pairs"),
-                *[F.count_if((F.col("label_type") == name) & ~F.col("in_window")).alias(f"out_{name}")
-                  for name in known_types],
-            ).first()  # fmt: skip
+            label_counts = _label_counts(spark, config, plan, rows, labels)
             flat.unpersist()  # the rows are materialised: the parsed records are no longer needed
-            lookback_days = math.ceil(registry.max_window / dt.timedelta(days=1))
-            lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
-            known_ids = rows.select("impression_id").unionByName(_impression_ids_before(spark, landing, table, lookback))
-            orphans = labels.where(F.col("ds") == ds).join(known_ids, "impression_id", "left_anti").count()
-
-            gate = audit_and_publish(spark, registry, rows, table=table, day=config.ds, run_id=run_id,
+            gate = audit_and_publish(spark, registry, rows, table=plan.table, day=config.ds, run_id=plan.run_id,
                                      home=config.home, quarantined=(found.bad["impressions"], found.bad["labels"]),
                                      say=say)  # fmt: skip
-    report, report_path, commit = gate.report, gate.report_path, gate.commit
-    rows_out = report.rows
-    summary = LabelJoinSummary(
-        dataset=config.dataset,
-        ds=ds,
-        table=table,
-        run_id=run_id,
-        label_days=tuple(format_ds(d) for d in days),
-        window_open=window_open,
-        impressions_read=found.impressions_read,
-        quarantined_impressions=found.bad["impressions"],
-        duplicate_impressions=found.impressions_read - found.bad["impressions"] - rows_out,
-        label_records=found.label_records,
-        quarantined_labels=found.bad["labels"],
-        quarantine_table=found.table,
-        problems=found.problems,
-        rows_out=rows_out,
-        positives={label.name: report.label_sums[label.column] for label in registry.labels},
-        labels_matched=int(label_stats["matched"]),
-        duplicate_labels=int(label_stats["matched"]) - int(label_stats["distinct_pairs"]),
-        labels_outside_window={name: int(label_stats[f"out_{name}"]) for name in known_types},
-        orphan_labels=int(orphans),
-        unknown_features=found.unknown_features,
-        unknown_feature_values=found.unknown_feature_values,
-        staging_table=gate.staged,
-        gate=tuple(report.summary_lines()),
-        report_path=str(report_path),
-        commit=commit,
-        elapsed_s=time.monotonic() - started,
-        spark_jobs=jobs(),
-    )
-    if not report.success:
+    summary = _summary(config, plan, found, label_counts, gate, elapsed_s=time.monotonic() - started,
+                       spark_jobs=jobs())  # fmt: skip
+    if not gate.report.success:
+        report = gate.report
         raise DataRefusedError(
             f"ds {ds} of {config.dataset} failed {len(report.failures)} of {len(report.checks)} quality expectations "
-            f"and was not published ({table} is unchanged); the rows are in {gate.staged}, the report in {report_path}. "
-            f"Fix the logs and rerun, or publish it on purpose: featurehouse publish --dataset {config.dataset} "
-            f"--ds {ds} --force --reason '...'",
+            f"and was not published ({plan.table} is unchanged); the rows are in {gate.staged}, the report in "
+            f"{gate.report_path}. Fix the logs and rerun, or publish it on purpose: featurehouse publish --dataset "
+            f"{config.dataset} --ds {ds} --force --reason '...'",
             details=summary.format(),
         )
     return summary
