@@ -11,6 +11,7 @@ the stall fraction, wait / (wait + compute), says whether the trainer ever waits
 every ``train.checkpoint_every`` steps and at each epoch's end; rerunning the same
 command resumes from it exactly (``--restart`` starts over). The run, with its bytes,
 time split and stall fraction, is recorded in ``featurehouse_catalog.feature_usage``.
+The epoch loop and resuming are ``trainer/loop.py``'s, the checkpoint file ``trainer/checkpoint.py``'s.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +46,8 @@ from schemas.config import JobConfig
 from schemas.errors import ConfigError, run_command
 from schemas.names import format_ds
 from schemas.paths import default_home, warehouse_location
+from trainer.checkpoint import Checkpoint, save_checkpoint  # noqa: F401 (save_checkpoint: still importable here)
+from trainer.loop import StepClock, Training, train_step  # noqa: F401 (train_step: bench/trainer_stall.py's)
 from trainer.metrics import Metrics, evaluate
 from trainer.model import DLRM, model_shape
 
@@ -76,26 +78,6 @@ class TrainConfig(JobConfig):
         if self.dpp and self.workers:
             raise ConfigError(f"--dpp with --workers {self.workers}: the service's workers do the reading; "
                               "drop --workers (or use --dpp-workers MIN:MAX)")  # fmt: skip
-
-
-@dataclass
-class StepClock:
-    """Where a rank's training time went: waiting for batches vs computing on them."""
-
-    steps: int = 0
-    samples: int = 0
-    wait_s: float = 0.0
-    compute_s: float = 0.0
-
-    @property
-    def stall_fraction(self) -> float:
-        total = self.wait_s + self.compute_s
-        return self.wait_s / total if total else 0.0
-
-    @property
-    def samples_per_s(self) -> float:
-        total = self.wait_s + self.compute_s
-        return self.samples / total if total else 0.0
 
 
 @dataclass
@@ -164,23 +146,46 @@ def job_optimizer(spec: JobSpec, model: torch.nn.Module) -> torch.optim.Optimize
     return torch.optim.Adagrad(model.parameters(), lr=lr)
 
 
-def _checkpoint_path(out: Path, ranks: Ranks) -> Path:
-    return out / f"checkpoint-rank{ranks.rank}-of-{ranks.world_size}.pt"
-
-
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write atomically: a kill mid-write leaves the previous checkpoint."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
 def _gather(ranks: Ranks, value: Any) -> list[Any]:
     if ranks.world_size == 1:
         return [value]
     out: list[Any] = [None] * ranks.world_size
     torch_dist.all_gather_object(out, value)
     return out
+
+
+def _train_spec(config: TrainConfig) -> tuple[JobSpec, Any]:
+    """The job spec and its registry; a spec without a ``train:`` section is refused."""
+    spec, registry = load_spec(config.job, registry_dir=config.registry_dir)
+    if spec.train is None:
+        raise ConfigError(f"{spec.source}: no train: section; add e.g. train: {{eval_ds: {{from: ..., to: ...}}, "
+                          "epochs: 3}} to train this job")  # fmt: skip
+    return spec, registry
+
+
+def _model(spec: JobSpec, shape, ranks: Ranks, device: torch.device) -> DLRM:
+    """The job's DLRM on ``device``, with sparse embedding gradients where the optimizer and ranks allow them."""
+    # one rank only: DistributedDataParallel's NCCL all-reduce takes no sparse gradients
+    sparse = spec.train.optimizer in SPARSE_OPTIMIZERS and ranks.world_size == 1
+    if sparse:  # torch's default, said explicitly: Adagrad's sparse steps otherwise warn about it every run
+        torch.sparse.check_sparse_tensor_invariants.disable()
+    return DLRM(dataclasses.replace(shape, sparse_gradients=sparse)).to(device)
+
+
+def _loader(config: TrainConfig, reader, *, epochs: int, ranks: Ranks, device: torch.device, say,
+            stack: ExitStack):  # fmt: skip
+    """The in-process loader, or with ``--dpp`` the preprocessing service's (its Ray session closed by ``stack``)."""
+    if not config.dpp:
+        return ResumableLoader(reader.dataset, num_workers=config.workers, prefetch=config.prefetch, epochs=epochs,
+                               pin_memory=device.type == "cuda")  # fmt: skip
+    if ranks.world_size > 1 and config.dpp_address is None:
+        raise ConfigError(f"--dpp under torchrun ({ranks.world_size} ranks) needs --address of a running Ray "
+                          "cluster (`ray start --head`), so that the ranks share one; each rank reads its own share")
+    stack.enter_context(ray_session(config.dpp_address))
+    loader = DppLoader(reader.dataset, workers=config.dpp_workers, epochs=epochs, say=say,
+                       pin_memory=device.type == "cuda")  # fmt: skip
+    stack.callback(loader.close)
+    return loader
 
 
 def _evaluate(spec: JobSpec, registry, model: DLRM, *, warehouse: str, ranks: Ranks, device: torch.device,
@@ -203,37 +208,29 @@ def _evaluate(spec: JobSpec, registry, model: DLRM, *, warehouse: str, ranks: Ra
     return {label: evaluate(y[:, i], p[:, i]) for i, label in enumerate(spec.labels)}, loader.counter
 
 
-def _loader(config: TrainConfig, reader, *, epochs: int, ranks: Ranks, device: torch.device, say,
-            stack: ExitStack):  # fmt: skip
-    """The in-process loader, or with ``--dpp`` the preprocessing service's (its Ray session closed by ``stack``)."""
-    if not config.dpp:
-        return ResumableLoader(reader.dataset, num_workers=config.workers, prefetch=config.prefetch, epochs=epochs,
-                               pin_memory=device.type == "cuda")  # fmt: skip
-    if ranks.world_size > 1 and config.dpp_address is None:
-        raise ConfigError(f"--dpp under torchrun ({ranks.world_size} ranks) needs --address of a running Ray "
-                          "cluster (`ray start --head`), so that the ranks share one; each rank reads its own share")
-    stack.enter_context(ray_session(config.dpp_address))
-    loader = DppLoader(reader.dataset, workers=config.dpp_workers, epochs=epochs, say=say,
-                       pin_memory=device.type == "cuda")  # fmt: skip
-    stack.callback(loader.close)
-    return loader
+def _evaluate_unless_stopped(training: Training, registry, config: TrainConfig, *, warehouse: str, ranks: Ranks,
+                             device: torch.device) -> tuple[dict[str, Metrics], IoCounter]:  # fmt: skip
+    """The eval metrics (none for a run ``max_steps`` stopped) and the rank's reads, training's and evaluation's."""
+    cost = IoCounter()
+    cost.merge(training.loader.counter)
+    if training.stopped:
+        return {}, cost
+    metrics, eval_cost = _evaluate(training.spec, registry, training.model, warehouse=warehouse, ranks=ranks,
+                                   device=device, workers=config.workers)  # fmt: skip
+    cost.merge(eval_cost)
+    return metrics, cost
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: torch.nn.Module, batch) -> float:
-    """One optimizer step on a batch already on the model's device; returns when the device is done (so the
-    caller's clock measures compute, not queued work) with the loss."""
-    loss = loss_fn(model(batch), batch.labels)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return float(loss.detach())  # a device-to-host copy: waits for the step to finish
+def _plan_line(spec: JobSpec, shape, reader, ranks: Ranks, device: torch.device) -> str:
+    return (f"train {spec.job_id}: {len(spec.days)} ds {format_ds(spec.days[0])} .. {format_ds(spec.days[-1])}, "
+            f"{len(shape.dense_keys)} dense + {len(shape.sparse_keys)} sparse features, {len(reader.dataset)} "
+            f"batches of {spec.batch_size} per epoch per rank, {ranks.world_size} rank(s) on {device}")  # fmt: skip
 
 
 def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResult:
-    spec, registry = load_spec(config.job, registry_dir=config.registry_dir)
-    if spec.train is None:
-        raise ConfigError(f"{spec.source}: no train: section; add e.g. train: {{eval_ds: {{from: ..., to: ...}}, "
-                          "epochs: 3}} to train this job")  # fmt: skip
+    """Train the job's DLRM (resuming from this rank's checkpoint unless ``restart``), evaluate it unless
+    ``max_steps`` stopped it, and report: the summary lines, metrics.json and the usage record."""
+    spec, registry = _train_spec(config)
     shape = model_shape(spec, registry)
     device = pick_device(config.device)
     warehouse = warehouse_location(config.home)
@@ -242,84 +239,23 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
         say = out if ranks.main else (lambda _line: None)
         started_at = dt.datetime.now(dt.UTC)
         torch.manual_seed(spec.seed)
-        # one rank only: DistributedDataParallel's NCCL all-reduce takes no sparse gradients
-        sparse = spec.train.optimizer in SPARSE_OPTIMIZERS and ranks.world_size == 1
-        if sparse:  # torch's default, said explicitly: Adagrad's sparse steps otherwise warn about it every run
-            torch.sparse.check_sparse_tensor_invariants.disable()
-        model = DLRM(dataclasses.replace(shape, sparse_gradients=sparse)).to(device)
+        model = _model(spec, shape, ranks, device)
         optimizer = job_optimizer(spec, model)
         reader = open_reader(spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
         loader = _loader(config, reader, epochs=spec.train.epochs, ranks=ranks, device=device, say=say, stack=stack)
-        clock, history = StepClock(), []
         run_dir.mkdir(parents=True, exist_ok=True)
-        checkpoint = _checkpoint_path(run_dir, ranks)
-        resumed = 0
-        if checkpoint.exists() and not config.restart:
-            state = torch.load(checkpoint, map_location=device, weights_only=False)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            loader.load_state_dict(state["loader"])
-            clock, history = StepClock(**state["clock"]), state["epochs"]
-            resumed = clock.steps
-            say(f"resuming {spec.job_id} from {checkpoint} at step {clock.steps} (epoch {loader.dataset.epoch + 1}, "
-                f"{loader.delivered} batches into it)")  # fmt: skip
-        trained = torch.nn.parallel.DistributedDataParallel(model) if ranks.world_size > 1 else model
-        say(f"train {spec.job_id}: {len(spec.days)} ds {format_ds(spec.days[0])} .. {format_ds(spec.days[-1])}, "
-            f"{len(shape.dense_keys)} dense + {len(shape.sparse_keys)} sparse features, {len(reader.dataset)} "
-            f"batches of {spec.batch_size} per epoch per rank, {ranks.world_size} rank(s) on {device}")  # fmt: skip
-
-        def save() -> None:
-            save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                         "loader": loader.state_dict(), "clock": vars(clock).copy(),
-                                         "epochs": history})  # fmt: skip
-
-        loss_fn = torch.nn.BCEWithLogitsLoss()
-        every = spec.train.checkpoint_every
-        stopped = False
-        while loader.dataset.epoch < spec.train.epochs and not stopped:
-            epoch, first = StepClock(), clock.steps
-            losses = []
-            batches = iter(loader)
-            while True:
-                waited = time.perf_counter()
-                batch = next(batches, None)
-                if batch is None:
-                    break
-                batch = batch.to(device, non_blocking=True)
-                began = time.perf_counter()
-                if shape.check_ids:
-                    model.check_ids(batch)
-                losses.append(train_step(trained, optimizer, loss_fn, batch))
-                done = time.perf_counter()
-                for c in (clock, epoch):
-                    c.steps, c.samples = c.steps + 1, c.samples + len(batch)
-                    c.wait_s, c.compute_s = c.wait_s + began - waited, c.compute_s + done - began
-                if every and clock.steps % every == 0:
-                    save()
-                if config.max_steps is not None and clock.steps >= config.max_steps:
-                    save()
-                    stopped = True
-                    batches.close()
-                    break
-            if stopped:
-                say(f"stopped after step {clock.steps} (--max-steps); the checkpoint resumes it: {checkpoint}")
-                break
-            summary = {"epoch": loader.dataset.epoch, "steps": clock.steps - first,
-                       "loss": float(np.mean(losses)) if losses else float("nan"),
-                       "samples_per_s": epoch.samples_per_s, "stall_fraction": epoch.stall_fraction}  # fmt: skip
-            history.append(summary)
-            save()
-            say(f"  epoch {summary['epoch']}/{spec.train.epochs}: {summary['steps']} steps, loss {summary['loss']:.4f}, "
-                f"{epoch.samples_per_s:,.0f} samples/s, stall {epoch.stall_fraction:.1%} (waited {epoch.wait_s:.2f}s, "
-                f"computed {epoch.compute_s:.2f}s)")  # fmt: skip
-        cost = IoCounter()
-        cost.merge(loader.counter)
-        metrics: dict[str, Metrics] = {}
-        if not stopped:
-            metrics, eval_cost = _evaluate(spec, registry, model, warehouse=warehouse, ranks=ranks, device=device,
-                                           workers=config.workers)  # fmt: skip
-            cost.merge(eval_cost)
-        result = TrainResult(spec.job_id, metrics, clock, cost, run_dir, reader.snapshot.version, resumed, history)
+        checkpoint = Checkpoint.of_rank(run_dir, rank=ranks.rank, world_size=ranks.world_size)
+        training = Training(spec, model, optimizer, loader, checkpoint, device, say, check_ids=shape.check_ids,
+                            max_steps=config.max_steps)  # fmt: skip
+        if not config.restart:
+            training.resume()
+        training.distribute(ranks.world_size)
+        say(_plan_line(spec, shape, reader, ranks, device))
+        training.train()
+        metrics, cost = _evaluate_unless_stopped(training, registry, config, warehouse=warehouse, ranks=ranks,
+                                                 device=device)  # fmt: skip
+        result = TrainResult(spec.job_id, metrics, training.clock, cost, run_dir, reader.snapshot.version,
+                             training.resumed_from_step, training.history)  # fmt: skip
         _report(result, spec, ranks, started_at=started_at, config=config, warehouse=warehouse, say=say)
         return result
 
@@ -328,20 +264,38 @@ def _report(result: TrainResult, spec: JobSpec, ranks: Ranks, *, started_at: dt.
             warehouse: str, say: Callable[[str], None]) -> None:  # fmt: skip
     """Add up every rank's reads, print the summary, write metrics.json and the usage record (rank 0)."""
     costs = _gather(ranks, (result.cost, vars(result.clock)))
+    total, clock = _totals(costs, ranks)
+    if not ranks.main or not result.metrics:
+        return
+    _print_summary(result, total, clock, ranks, say)
+    _write_metrics(result, spec, total, clock, ranks, costs)
+    if config.record:
+        _record(result, spec, total, clock, ranks, started_at=started_at, warehouse=warehouse, say=say)
+
+
+def _totals(costs: list[tuple[IoCounter, dict[str, Any]]], ranks: Ranks) -> tuple[IoCounter, StepClock]:
+    """Every rank's reads added up, and a clock of their steps and samples with per-rank mean times."""
     total, clock = IoCounter(), StepClock()
     for cost, rank_clock in costs:
         total.merge(cost)
         clock.steps, clock.samples = clock.steps + rank_clock["steps"], clock.samples + rank_clock["samples"]
         clock.wait_s += rank_clock["wait_s"] / ranks.world_size  # per-rank means
         clock.compute_s += rank_clock["compute_s"] / ranks.world_size
-    if not ranks.main or not result.metrics:
-        return
+    return total, clock
+
+
+def _print_summary(result: TrainResult, total: IoCounter, clock: StepClock, ranks: Ranks,
+                   say: Callable[[str], None]) -> None:  # fmt: skip
     for label, m in result.metrics.items():
         say(f"  eval {label}: AUC {m.auc:.4f}, log loss {m.log_loss:.4f}, NE {m.normalized_entropy:.4f}, "
             f"calibration {m.calibration:.3f} ({m.rows:,} rows, {m.positives:,} positives)")  # fmt: skip
     say(f"  trained {clock.samples:,} samples in {clock.steps:,} steps: {clock.samples_per_s * ranks.world_size:,.0f} "
         f"samples/s, stall {clock.stall_fraction:.1%}; read {total.bytes_read:,} bytes, all columns of the same "
         f"rows: {total.bytes_all_columns:,}")  # fmt: skip
+
+
+def _write_metrics(result: TrainResult, spec: JobSpec, total: IoCounter, clock: StepClock, ranks: Ranks,
+                   costs: list[tuple[IoCounter, dict[str, Any]]]) -> None:  # fmt: skip
     (result.out / "metrics.json").write_text(json.dumps({
         "job_id": spec.job_id, "metrics": {k: m.as_dict() for k, m in result.metrics.items()},
         "samples": clock.samples, "steps": clock.steps, "samples_per_s": clock.samples_per_s * ranks.world_size,
@@ -349,16 +303,20 @@ def _report(result: TrainResult, spec: JobSpec, ranks: Ranks, *, started_at: dt.
         "world_size": ranks.world_size,
         "ranks": [{"rank": r, "steps": c["steps"], "samples": c["samples"]} for r, (_cost, c) in enumerate(costs)],
     }, indent=2))  # fmt: skip
-    if config.record:
-        days = sorted({*spec.days, *spec.train.eval_days})
-        usage = UsageRecord(
-            job_id=spec.job_id, dataset=spec.dataset, ds_from=format_ds(days[0]), ds_to=format_ds(days[-1]),
-            features=spec.feature_names, bytes_read=total.bytes_read, rows_read=total.rows, table_version=result.table_version,
-            started_at=started_at, ended_at=dt.datetime.now(dt.UTC), cost=total, compute_s=clock.compute_s,
-            samples_per_s=clock.samples_per_s * ranks.world_size, stall_fraction=clock.stall_fraction,
-        )  # fmt: skip
-        version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
-        say(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
+
+
+def _record(result: TrainResult, spec: JobSpec, total: IoCounter, clock: StepClock, ranks: Ranks, *,
+            started_at: dt.datetime, warehouse: str, say: Callable[[str], None]) -> None:  # fmt: skip
+    """The run's row in featurehouse_catalog.feature_usage: its ds range, reads, time split and stall."""
+    days = sorted({*spec.days, *spec.train.eval_days})
+    usage = UsageRecord(
+        job_id=spec.job_id, dataset=spec.dataset, ds_from=format_ds(days[0]), ds_to=format_ds(days[-1]),
+        features=spec.feature_names, bytes_read=total.bytes_read, rows_read=total.rows, table_version=result.table_version,
+        started_at=started_at, ended_at=dt.datetime.now(dt.UTC), cost=total, compute_s=clock.compute_s,
+        samples_per_s=clock.samples_per_s * ranks.world_size, stall_fraction=clock.stall_fraction,
+    )  # fmt: skip
+    version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
+    say(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
