@@ -1,4 +1,4 @@
-"""A local single-node Apache Kafka broker, and the few admin calls the streaming jobs need.
+"""A local single-node Apache Kafka broker, for runs and tests (topic administration: ``etl/kafka/admin.py``).
 
 :func:`local_broker` runs Kafka's own broker (KRaft: broker and controller in one JVM,
 listening on 127.0.0.1 only) from the jars ``make jars`` resolves into ``.jvm/kafka``
@@ -6,7 +6,7 @@ listening on 127.0.0.1 only) from the jars ``make jars`` resolves into ``.jvm/ka
 one run or one test session, not for keeping data. Example::
 
     with local_broker(Path("/tmp/kafka")) as broker:
-        create_topics(broker.bootstrap, ["featurehouse.ads.impressions"])
+        create_topics(broker.bootstrap, ["featurehouse.ads.impressions"])  # etl.kafka.admin
         ...  # featurehouse produce --bootstrap {broker.bootstrap} ...
 """
 
@@ -20,15 +20,13 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from schemas.errors import ConfigError, FeaturehouseError
+from etl.kafka.admin import BrokerError, answers
+from schemas.errors import ConfigError
 
 HOST = "127.0.0.1"
 KAFKA_JARS_VARIABLE = "FEATUREHOUSE_KAFKA_JARS"
@@ -46,10 +44,6 @@ appender.stdout.name = STDOUT
 appender.stdout.layout.type = PatternLayout
 appender.stdout.layout.pattern = [%d] %p %m (%c)%n
 """
-
-
-class BrokerError(FeaturehouseError):
-    """A Kafka broker did not start, did not answer, or refused records."""
 
 
 @dataclass(frozen=True)
@@ -130,15 +124,6 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(empty)"
 
 
-def answers(bootstrap: str, timeout_s: float = 1.0) -> bool:
-    """Whether a broker at ``bootstrap`` answers a metadata request with at least one live broker."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})  # no connection-refused noise
-    try:
-        return bool(admin.list_topics(timeout=timeout_s).brokers)
-    except KafkaException:
-        return False
-
-
 def _port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
@@ -199,18 +184,3 @@ def local_broker(folder: Path, *, port: int | None = None, startup_timeout_s: fl
         yield Broker(bootstrap=bootstrap, log=log)
     finally:
         _stop(process)
-
-
-def create_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 1, timeout_s: float = 30) -> None:
-    """Create the ``topics`` that do not exist yet (replication: the broker's default); existing ones are kept."""
-    new = [NewTopic(topic, num_partitions=partitions) for topic in dict.fromkeys(topics)]
-    if not new:
-        return
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})  # failures are raised below
-    for topic, future in admin.create_topics(new, request_timeout=timeout_s).items():
-        try:
-            future.result()
-        except KafkaException as err:
-            error = err.args[0]
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BrokerError(f"could not create Kafka topic {topic!r} at {bootstrap}: {error.str()}") from err
