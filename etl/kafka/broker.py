@@ -35,7 +35,7 @@ from warehouse.processes import (
 )
 
 KAFKA_JARS_VARIABLE = "FEATUREHOUSE_KAFKA_JARS"
-DEFAULT_KAFKA_JARS = Path(__file__).resolve().parent.parent / ".jvm" / "kafka"
+DEFAULT_KAFKA_JARS = Path(__file__).resolve().parents[2] / ".jvm" / "kafka"  # <repo>/.jvm/kafka
 #: The broker's package (keep in step with jvm/kafka/pom.xml).
 KAFKA_PACKAGE = "org.apache.kafka:kafka_2.13:4.4.0"
 STOP_TIMEOUT_S = 15.0
