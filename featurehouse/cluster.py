@@ -22,11 +22,8 @@ import argparse
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +34,7 @@ from schemas.errors import ConfigError, FeaturehouseError, run_command
 from schemas.paths import default_home
 from warehouse.jobs import Progress, stderr_progress
 from warehouse.metastore import init_schema
+from warehouse.processes import pid_alive, port_open, stop, tail, wait_until_ready
 from warehouse.profiles import Profile, load_profile
 from warehouse.session import METASTORE_URL, delta_jars, session_confs, spark_submit_args
 
@@ -49,31 +47,6 @@ def spark_bin(name: str) -> str:
     import pyspark
 
     return str(Path(pyspark.__file__).parent / "bin" / name)
-
-
-def port_open(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-def wait_for(what: str, ready: Callable[[], bool], *, alive: Callable[[], bool], log: Path,
-             timeout_s: float = START_TIMEOUT_S) -> None:  # fmt: skip
-    """Poll ``ready`` until it holds; a process that dies first, or the timeout, is an error naming its log."""
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        if not alive():
-            raise FeaturehouseError(f"{what} exited while starting; its log: {log}\n{tail(log)}")
-        if time.monotonic() > deadline:
-            raise FeaturehouseError(f"{what} did not come up within {timeout_s:.0f} s; its log: {log}\n{tail(log)}")
-        time.sleep(0.5)
-
-
-def tail(log: Path, lines: int = 5) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 @dataclass(frozen=True)
@@ -159,7 +132,7 @@ class Postgres:
         done = subprocess.run(as_postgres([pg_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options,
                                            "-w", "-t", "60", "start"]), capture_output=True, text=True)  # fmt: skip
         if done.returncode != 0:
-            raise FeaturehouseError(f"PostgreSQL did not start on port {self.port}; its log: {self.log}\n{tail(self.log)}")
+            raise FeaturehouseError(f"PostgreSQL did not start on port {self.port}; its log: {self.log}\n{tail(self.log, 5)}")
         say(f"postgresql: up on 127.0.0.1:{self.port}")
 
     def create_database(self, name: str, say: Progress) -> None:
@@ -202,16 +175,7 @@ class Service:
             pid = int(self.pid_file.read_text())
         except (OSError, ValueError):
             return None
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return None  # our child, and it has exited
-        except ChildProcessError:
-            pass  # started by another process (an earlier `cluster up`)
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return None
-        return pid
+        return pid if pid_alive(pid) else None
 
     def start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen:
         self.state.mkdir(parents=True, exist_ok=True)
@@ -226,12 +190,7 @@ class Service:
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return
-        os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while self.pid() is not None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if self.pid() is not None:
-            os.killpg(pid, signal.SIGKILL)
+        stop(pid, timeout_s=timeout_s, group=True)
         self.pid_file.unlink(missing_ok=True)
         say(f"{self.name}: stopped")
 
@@ -288,7 +247,7 @@ class Cluster:
             say(f"{name}: running (pid {service.pid()})")
             return
         process = service.start(command, self.env())
-        wait_for(name, ready, alive=lambda: process.poll() is None, log=service.log)
+        wait_until_ready(name, ready, process, service.log, timeout_s=START_TIMEOUT_S, interval_s=0.5, tail_lines=5)
         say(f"{name}: up (pid {process.pid}, log {service.log})")
 
     def _start_master(self, ends: Endpoints, say: Progress) -> None:

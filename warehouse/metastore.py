@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 from schemas.errors import ConfigError, FeaturehouseError, run_command
 from schemas.redact import secret_values
 from warehouse.jobs import add_common_arguments, common_settings
+from warehouse.processes import java
 from warehouse.session import METASTORE_URL, metastore_driver_jars, session_confs
 
 #: Hive's own values for these (HiveConf), which the metastore client expects the schema to follow.
@@ -36,14 +36,6 @@ def spark_jars_dir() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent / "jars"
-
-
-def java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not found or not Path(found).exists():
-        raise ConfigError("no java found (set JAVA_HOME or put java on PATH); the metastore schema tool is Java")
-    return found
 
 
 def datanucleus_properties(confs: Mapping[str, str]) -> dict[str, str]:
@@ -84,7 +76,8 @@ def init_schema(confs: Mapping[str, str]) -> SchemaReport:
         props = folder / "datanucleus.properties"
         props.touch(mode=0o600)  # it may hold the metastore's password
         props.write_text("".join(f"{k}={v}\n" for k, v in datanucleus_properties(confs).items()), encoding="utf-8")
-        command = [java(), "-cp", os.pathsep.join([f"{jars}/*", *drivers]), "org.datanucleus.store.schema.SchemaTool",
+        command = [java("the metastore schema tool (DataNucleus SchemaTool)"), "-cp",
+                   os.pathsep.join([f"{jars}/*", *drivers]), "org.datanucleus.store.schema.SchemaTool",
                    "-create", "-api", "JDO", "-props", str(props), "package.jdo"]  # fmt: skip
         done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
     output = done.stdout + done.stderr

@@ -15,16 +15,17 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from schemas.settings import METASTORE_URL
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
 from schemas.errors import ConfigError
 from schemas.paths import default_home, warehouse_location
 from schemas.redact import REDACTED, SECRET_KEY
+from schemas.settings import METASTORE_URL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -198,22 +199,19 @@ def check_metastore_free(home: Path, confs: Mapping[str, str]) -> None:
     lock = Path(home).resolve() / "metastore_db" / "dbex.lck"
     if not lock.exists():
         return
-    deadline = time.monotonic() + LOCK_WAIT_S
     with lock.open("rb+") as handle:
-        while True:
-            try:
-                fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as err:
-                if time.monotonic() < deadline:  # the previous command's JVM may still be exiting
-                    time.sleep(0.25)
-                    continue
-                raise ConfigError(
-                    f"the embedded metastore {lock.parent} is in use by another Spark application: embedded Derby "
-                    "admits one JVM at a time; wait for that job to finish, give this one its own --home, or point "
-                    "every job at a shared metastore (--conf spark.hadoop.javax.jdo.option.ConnectionURL=..., see "
-                    "the README)"
-                ) from err
+        # held: the previous command's JVM may still be exiting, so try again every 0.25 s for LOCK_WAIT_S
+        retrying = Retrying(stop=stop_after_delay(LOCK_WAIT_S), wait=wait_fixed(0.25),
+                            retry=retry_if_exception_type(OSError), reraise=True)  # fmt: skip
+        try:
+            retrying(fcntl.lockf, handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            raise ConfigError(
+                f"the embedded metastore {lock.parent} is in use by another Spark application: embedded Derby "
+                "admits one JVM at a time; wait for that job to finish, give this one its own --home, or point "
+                "every job at a shared metastore (--conf spark.hadoop.javax.jdo.option.ConnectionURL=..., see "
+                "the README)"
+            ) from err
         fcntl.lockf(handle, fcntl.LOCK_UN)
 
 

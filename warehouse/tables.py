@@ -6,7 +6,6 @@ restated schema), written one ds at a time with an atomic replace of that ds onl
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,9 +23,12 @@ from delta.exceptions import (
     ProtocolChangedException,
 )
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from schemas.errors import TableError
 from schemas.names import validate_name
@@ -40,6 +42,11 @@ CONFLICTS = (
     ConcurrentTransactionException, ConcurrentWriteException, DeltaConcurrentModificationException,
     MetadataChangedException, ProtocolChangedException,
 )  # fmt: skip
+#: How a CREATE that lost a race with a concurrent creator fails: a Delta conflict (seen in the concurrent label
+#: join test: ProtocolChangedException), the metastore's "already exists" (AnalysisException: the winner
+#: registered the table, or the database, in between), or a JVM error pyspark does not convert (Py4JJavaError:
+#: the metastore's own, in DataNucleus). Other errors are not retried.
+CREATE_RACE = (*CONFLICTS, AnalysisException, Py4JJavaError)
 
 
 def table_name(dataset: str, *, database: str = DATABASE) -> str:
@@ -114,16 +121,11 @@ def retry_conflicts(commit: Callable[[], T], *, attempts: int = 4) -> T:
     """Run ``commit``; when a concurrent writer wins (a Delta conflict), wait a little and run it again.
 
     Only for commits that are safe to repeat (a replace of a whole ds, an append of one
-    row); the last conflict is raised.
+    row); the last conflict is raised. The pauses grow: 0.5 s, 1 s, 1.5 s, ...
     """
-    for attempt in range(1, attempts + 1):
-        try:
-            return commit()
-        except CONFLICTS:
-            if attempt == attempts:
-                raise
-            time.sleep(0.5 * attempt)
-    raise AssertionError("unreachable")
+    retrying = Retrying(stop=stop_after_attempt(attempts), wait=wait_incrementing(start=0.5, increment=0.5),
+                        retry=retry_if_exception_type(CONFLICTS), reraise=True)  # fmt: skip
+    return retrying(commit)
 
 
 def create_if_missing(spark: SparkSession, table: str, create: Callable[[], object], *, attempts: int = 4) -> None:
@@ -131,17 +133,13 @@ def create_if_missing(spark: SparkSession, table: str, create: Callable[[], obje
 
     Two jobs starting at once may both find the table missing; the loser's CREATE fails (Delta:
     ``ProtocolChangedException``, two writers on an empty folder), possibly before the winner has
-    registered the table in the metastore. So a failure is retried after a pause, and the retry
-    finds the table.
+    registered the table in the metastore. So a failure of the kinds in ``CREATE_RACE`` is retried
+    after a pause (1 s, 2 s, 3 s, ...), and the retry finds the table; the last one is raised.
     """
-    for attempt in range(1, attempts + 1):
-        if spark.catalog.tableExists(table):
+    for attempt in Retrying(stop=stop_after_attempt(attempts), wait=wait_incrementing(start=1, increment=1),
+                            retry=retry_if_exception_type(CREATE_RACE), reraise=True):  # fmt: skip
+        if spark.catalog.tableExists(table):  # outside the attempt: its own errors are not retried
             return
-        try:
+        with attempt:
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.split('.')[0]}")
             create()
-            return
-        except Exception:
-            if attempt == attempts:
-                raise
-            time.sleep(attempt)

@@ -1,4 +1,4 @@
-"""A local single-node Apache Kafka broker, and the few admin calls the streaming jobs need.
+"""A local single-node Apache Kafka broker, for runs and tests (topic administration: ``etl/kafka/admin.py``).
 
 :func:`local_broker` runs Kafka's own broker (KRaft: broker and controller in one JVM,
 listening on 127.0.0.1 only) from the jars ``make jars`` resolves into ``.jvm/kafka``
@@ -6,7 +6,7 @@ listening on 127.0.0.1 only) from the jars ``make jars`` resolves into ``.jvm/ka
 one run or one test session, not for keeping data. Example::
 
     with local_broker(Path("/tmp/kafka")) as broker:
-        create_topics(broker.bootstrap, ["featurehouse.ads.impressions"])
+        create_topics(broker.bootstrap, ["featurehouse.ads.impressions"])  # etl.kafka.admin
         ...  # featurehouse produce --bootstrap {broker.bootstrap} ...
 """
 
@@ -15,24 +15,27 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from etl.kafka.admin import BrokerError, answers
+from schemas.errors import ConfigError
+from warehouse.processes import (
+    HOST,
+    free_ports,
+    java,
+    port_open,
+    stop,
+    tail,
+    wait_until_ready,
+)
 
-from schemas.errors import ConfigError, FeaturehouseError
-
-HOST = "127.0.0.1"
 KAFKA_JARS_VARIABLE = "FEATUREHOUSE_KAFKA_JARS"
-DEFAULT_KAFKA_JARS = Path(__file__).resolve().parent.parent / ".jvm" / "kafka"
+DEFAULT_KAFKA_JARS = Path(__file__).resolve().parents[2] / ".jvm" / "kafka"  # <repo>/.jvm/kafka
 #: The broker's package (keep in step with jvm/kafka/pom.xml).
 KAFKA_PACKAGE = "org.apache.kafka:kafka_2.13:4.4.0"
 STOP_TIMEOUT_S = 15.0
@@ -48,10 +51,6 @@ appender.stdout.layout.pattern = [%d] %p %m (%c)%n
 """
 
 
-class BrokerError(FeaturehouseError):
-    """A Kafka broker did not start, did not answer, or refused records."""
-
-
 @dataclass(frozen=True)
 class Broker:
     """A running broker: where clients connect, and its log (stdout and stderr of the JVM)."""
@@ -65,17 +64,6 @@ def kafka_jars_dir() -> Path:
     return Path(os.environ.get(KAFKA_JARS_VARIABLE) or DEFAULT_KAFKA_JARS)
 
 
-def _java() -> str:
-    """The java executable: ``$JAVA_HOME/bin/java``, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not java or not os.access(java, os.X_OK):
-        raise ConfigError(f"no java found ({'JAVA_HOME=' + home if home else 'none on PATH'}); the Kafka broker "
-                          "needs Java 17 or later: install a JDK (e.g. apt-get install openjdk-17-jre-headless) "
-                          "or set JAVA_HOME")  # fmt: skip
-    return java
-
-
 def _classpath() -> str:
     jars = kafka_jars_dir()
     if not any(jars.glob("kafka_2.13-*.jar")):
@@ -83,15 +71,6 @@ def _classpath() -> str:
                           f"Maven Central once into .jvm/kafka), or point ${KAFKA_JARS_VARIABLE} at a folder of "
                           "them")  # fmt: skip
     return f"{jars}/*"
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on HOST now (all bound at once, then released)."""
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in socks]
 
 
 def _properties(folder: Path, port: int, controller_port: int) -> str:
@@ -125,38 +104,6 @@ def _cluster_id() -> str:
     return text
 
 
-def _tail(path: Path, lines: int = 30) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
-
-
-def answers(bootstrap: str, timeout_s: float = 1.0) -> bool:
-    """Whether a broker at ``bootstrap`` answers a metadata request with at least one live broker."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})  # no connection-refused noise
-    try:
-        return bool(admin.list_topics(timeout=timeout_s).brokers)
-    except KafkaException:
-        return False
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((HOST, port)) == 0
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM (a controlled shutdown), then SIGKILL if it is still running after STOP_TIMEOUT_S."""
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @contextmanager
 def local_broker(folder: Path, *, port: int | None = None, startup_timeout_s: float = 60) -> Iterator[Broker]:
     """Run a single-node Kafka broker with its files under ``folder``; stop it on exit, whatever happened.
@@ -166,7 +113,7 @@ def local_broker(folder: Path, *, port: int | None = None, startup_timeout_s: fl
     after the JVM starts. ``folder/data`` is formatted afresh (removed first);
     ``folder/broker.log`` gets the JVM's output.
     """
-    java, classpath = _java(), _classpath()
+    java_bin, classpath = java("the Kafka broker"), _classpath()
     folder = Path(folder).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(folder / "data", ignore_errors=True)
@@ -175,42 +122,20 @@ def local_broker(folder: Path, *, port: int | None = None, startup_timeout_s: fl
     config, log4j, log = folder / "server.properties", folder / "log4j2.properties", folder / "broker.log"
     config.write_text(_properties(folder, port, controller_port))
     log4j.write_text(_LOG4J2)
-    jvm = [java, "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+    jvm = [java_bin, "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
     with log.open("wb") as out:
         formatted = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", "--config", str(config),
                                     "--cluster-id", _cluster_id(), "--standalone"],
                                    stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
         if formatted.returncode != 0:
             raise BrokerError(f"formatting Kafka storage in {folder / 'data'} failed (status {formatted.returncode}); "
-                              f"{log}:\n{_tail(log)}")  # fmt: skip
+                              f"{log}:\n{tail(log)}")  # fmt: skip
         process = subprocess.Popen([*jvm, "kafka.Kafka", str(config)], stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     bootstrap = f"{HOST}:{port}"
     try:
-        deadline = time.monotonic() + startup_timeout_s
-        while not (_port_open(port) and answers(bootstrap)):
-            if process.poll() is not None:
-                raise BrokerError(f"the Kafka broker exited with status {process.returncode} while starting; "
-                                  f"{log}:\n{_tail(log)}")  # fmt: skip
-            if time.monotonic() > deadline:
-                raise BrokerError(f"the Kafka broker at {bootstrap} did not answer within {startup_timeout_s:g}s; "
-                                  f"{log}:\n{_tail(log)}")  # fmt: skip
-            time.sleep(0.2)
+        wait_until_ready(f"the Kafka broker at {bootstrap}", lambda: port_open(HOST, port) and answers(bootstrap),
+                         process, log, timeout_s=startup_timeout_s, interval_s=0.2, error=BrokerError)  # fmt: skip
         yield Broker(bootstrap=bootstrap, log=log)
     finally:
-        _stop(process)
-
-
-def create_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 1, timeout_s: float = 30) -> None:
-    """Create the ``topics`` that do not exist yet (replication: the broker's default); existing ones are kept."""
-    new = [NewTopic(topic, num_partitions=partitions) for topic in dict.fromkeys(topics)]
-    if not new:
-        return
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})  # failures are raised below
-    for topic, future in admin.create_topics(new, request_timeout=timeout_s).items():
-        try:
-            future.result()
-        except KafkaException as err:
-            error = err.args[0]
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BrokerError(f"could not create Kafka topic {topic!r} at {bootstrap}: {error.str()}") from err
+        stop(process, timeout_s=STOP_TIMEOUT_S)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from etl.kafka.broker import BrokerError, answers, create_topics
+from etl.kafka.admin import BrokerError, answers, create_topics
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
 from schemas.errors import ConfigError, LandingError, run_command
 from schemas.names import format_ds, parse_ds, validate_name

@@ -39,6 +39,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from tenacity import Retrying, retry_if_result, wait_fixed
 
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
 from etl.records.landing import Stream, path_exists
@@ -251,8 +252,8 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
                 if (signal_name := stop_requested()) is not None:
                     summary.stopped_by = signal_name
                     say(f"stream {config.dataset}: {signal_name}: stopping after the current micro-batch")
-                    while query.status["isTriggerActive"]:
-                        time.sleep(0.2)
+                    # the running micro-batch ends first: look every 0.2 s, for as long as it takes
+                    Retrying(wait=wait_fixed(0.2), retry=retry_if_result(bool))(lambda: query.status["isTriggerActive"])
                     query.stop()
                     break
         finally:

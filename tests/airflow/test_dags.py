@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from etl.generate.job import GenerateConfig
-from etl.kafka.broker import free_ports
+from warehouse.processes import free_ports
 from etl.generate.job import run as generate
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]

@@ -14,7 +14,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from etl.kafka import produce
 from etl.generate.job import GenerateConfig
 from etl.generate.job import run as generate
-from etl.kafka.broker import BrokerError, local_broker
+from etl.kafka.admin import BrokerError
+from etl.kafka.broker import local_broker
 from etl.kafka.produce import ProduceConfig, main, run
 from schemas.errors import ConfigError
 
