@@ -42,7 +42,7 @@ from pydantic import (
 )
 
 from ingest.transforms import parse_transforms
-from schemas.errors import ConfigError, RegistryError
+from schemas.errors import ConfigError, RegistryError, explain_validation
 from schemas.names import JOB_ID_RULE, NAME_PATTERN, NAME_RULE, valid_job_id
 from schemas.registry import DatasetRegistry, Feature, Status, load_dataset
 
@@ -210,11 +210,7 @@ def parse_spec(raw: Any, *, source: str) -> JobSpec:
     try:
         return JobSpec.model_validate({**raw, "source": source})
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg'].removeprefix('Value error, ')}"
-            for e in err.errors()
-        )
-        raise ConfigError(f"{source}: {problems}") from err
+        raise ConfigError(f"{source}: {explain_validation(err)}") from err
 
 
 def load_spec(path: str | Path, *, registry_dir: str | Path | None = None) -> tuple[JobSpec, DatasetRegistry]:

@@ -49,7 +49,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schemas.errors import RegistryError
+from schemas.errors import RegistryError, explain_validation
 from schemas.names import NAME_PATTERN, NAME_RULE
 from schemas.quality import DatasetQuality, FeatureQuality
 
@@ -305,28 +305,6 @@ class DatasetRegistry(_Frozen):
         return (*KEY_COLUMNS, *self.label_columns, *(f.name for f in self.stored_features), PARTITION_COLUMN)
 
 
-def _describe(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "(top level)"
-
-
-def _explain(err: ValidationError, *, where: str) -> str:
-    """Turn pydantic's report into lines that say what is wrong and what is allowed."""
-    lines = []
-    for item in err.errors():
-        loc = _describe(item["loc"])
-        if item["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key {loc!r}; remove it or fix its spelling")
-        elif item["type"] == "missing":
-            lines.append(f"{where}: required key {loc!r} is missing")
-        elif item["type"] == "enum":
-            expected = item.get("ctx", {}).get("expected", "")
-            lines.append(f"{where}: {loc} {item['input']!r} is not allowed; use {expected}")
-        else:
-            message = item["msg"].removeprefix("Value error, ")
-            lines.append(f"{where}: {loc}: {message}" if loc != "(top level)" else f"{where}: {message}")
-    return "; ".join(lines)
-
-
 def _parse_feature(raw: Any, *, index: int, source: str) -> Feature:
     name = raw.get("name") if isinstance(raw, dict) else None
     where = f"{source}: feature {name!r}" if name else f"{source}: features[{index}]"
@@ -335,7 +313,7 @@ def _parse_feature(raw: Any, *, index: int, source: str) -> Feature:
     try:
         return Feature.model_validate(raw)
     except ValidationError as err:
-        raise RegistryError(_explain(err, where=where)) from err
+        raise RegistryError(explain_validation(err, where=where, in_words=True)) from err
 
 
 def parse_registry(raw: Any, *, source: str, expected_dataset: str | None = None) -> DatasetRegistry:
@@ -368,7 +346,7 @@ def parse_registry(raw: Any, *, source: str, expected_dataset: str | None = None
     try:
         registry = DatasetRegistry.model_validate({**raw, "features": features, "source": source})
     except ValidationError as err:
-        raise RegistryError(_explain(err, where=source)) from err
+        raise RegistryError(explain_validation(err, where=source, in_words=True)) from err
     if not NAME_PATTERN.fullmatch(registry.dataset):
         raise RegistryError(f"{source}: dataset name {registry.dataset!r} is not allowed; use {NAME_RULE}")
     if expected_dataset is not None and registry.dataset != expected_dataset:
