@@ -43,7 +43,7 @@ from pydantic import (
 
 from ingest.transforms import parse_transforms
 from schemas.errors import ConfigError, RegistryError, explain_validation
-from schemas.names import JOB_ID_RULE, NAME_PATTERN, NAME_RULE, valid_job_id
+from schemas.names import JOB_ID_RULE, SafeName, valid_job_id
 from schemas.registry import DatasetRegistry, Feature, Status, load_dataset
 
 
@@ -68,16 +68,9 @@ class DsRange(_Frozen):
 class FeatureSpec(_Frozen):
     """A feature the job reads, with its transforms in order (see ``ingest/transforms.py``)."""
 
-    name: str
+    name: SafeName
     transforms: tuple[Any, ...] = ()
     embedding_rows: int | None = Field(default=None, gt=0)  # a sparse feature's table size, if not its hash's
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not NAME_PATTERN.fullmatch(value):
-            raise ValueError(f"feature name {value!r} is not allowed; use {NAME_RULE}")
-        return value
 
 
 class ModelSpec(_Frozen):
