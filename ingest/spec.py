@@ -29,7 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -73,20 +73,16 @@ class FeatureSpec(_Frozen):
     embedding_rows: int | None = Field(default=None, gt=0)  # a sparse feature's table size, if not its hash's
 
 
+_LayerSize = Annotated[int, Field(gt=0)]  # a refused size reads "model.top_mlp.1: Input should be greater than 0"
+
+
 class ModelSpec(_Frozen):
     """DLRM's sizes: the bottom MLP's hidden layers (it ends in ``embedding_dim``), the top MLP's hidden layers
     (it ends in one logit per label)."""
 
     embedding_dim: int = Field(default=16, gt=0)
-    bottom_mlp: tuple[int, ...] = (64, 32)
-    top_mlp: tuple[int, ...] = (64, 32)
-
-    @field_validator("bottom_mlp", "top_mlp")
-    @classmethod
-    def _sizes(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if any(size <= 0 for size in value):
-            raise ValueError(f"layer sizes must be positive, found {list(value)}")
-        return value
+    bottom_mlp: tuple[_LayerSize, ...] = (64, 32)
+    top_mlp: tuple[_LayerSize, ...] = (64, 32)
 
 
 class TrainSpec(_Frozen):
