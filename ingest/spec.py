@@ -29,7 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -42,8 +42,8 @@ from pydantic import (
 )
 
 from ingest.transforms import parse_transforms
-from schemas.errors import ConfigError, RegistryError
-from schemas.names import JOB_ID_RULE, NAME_PATTERN, NAME_RULE, valid_job_id
+from schemas.errors import ConfigError, RegistryError, explain_validation
+from schemas.names import JOB_ID_RULE, SafeName, valid_job_id
 from schemas.registry import DatasetRegistry, Feature, Status, load_dataset
 
 
@@ -68,16 +68,12 @@ class DsRange(_Frozen):
 class FeatureSpec(_Frozen):
     """A feature the job reads, with its transforms in order (see ``ingest/transforms.py``)."""
 
-    name: str
+    name: SafeName
     transforms: tuple[Any, ...] = ()
     embedding_rows: int | None = Field(default=None, gt=0)  # a sparse feature's table size, if not its hash's
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not NAME_PATTERN.fullmatch(value):
-            raise ValueError(f"feature name {value!r} is not allowed; use {NAME_RULE}")
-        return value
+
+_LayerSize = Annotated[int, Field(gt=0)]  # a refused size reads "model.top_mlp.1: Input should be greater than 0"
 
 
 class ModelSpec(_Frozen):
@@ -85,15 +81,8 @@ class ModelSpec(_Frozen):
     (it ends in one logit per label)."""
 
     embedding_dim: int = Field(default=16, gt=0)
-    bottom_mlp: tuple[int, ...] = (64, 32)
-    top_mlp: tuple[int, ...] = (64, 32)
-
-    @field_validator("bottom_mlp", "top_mlp")
-    @classmethod
-    def _sizes(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if any(size <= 0 for size in value):
-            raise ValueError(f"layer sizes must be positive, found {list(value)}")
-        return value
+    bottom_mlp: tuple[_LayerSize, ...] = (64, 32)
+    top_mlp: tuple[_LayerSize, ...] = (64, 32)
 
 
 class TrainSpec(_Frozen):
@@ -210,11 +199,7 @@ def parse_spec(raw: Any, *, source: str) -> JobSpec:
     try:
         return JobSpec.model_validate({**raw, "source": source})
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg'].removeprefix('Value error, ')}"
-            for e in err.errors()
-        )
-        raise ConfigError(f"{source}: {problems}") from err
+        raise ConfigError(f"{source}: {explain_validation(err)}") from err
 
 
 def load_spec(path: str | Path, *, registry_dir: str | Path | None = None) -> tuple[JobSpec, DatasetRegistry]:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from schemas.redact import redact
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 #: A command's exit status for a bad command, input or environment (argparse's, too) ...
@@ -63,6 +67,33 @@ def first_line(err: BaseException) -> str:
     """The first line of an exception's message (Spark's run to pages), or its type when it has none."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def explain_validation(err: ValidationError, *, where: str = "", in_words: bool = False) -> str:
+    """pydantic's report as one line: each problem ``<where>: <location>: <message>``, joined by ``; ``.
+
+    The location is the dotted path of the key (``features.0.name``); a problem of the whole
+    model has none and reads ``(top level): <message>``, or ``<where>: <message>`` when there
+    is a ``where``. pydantic's ``Value error, `` before a validator's own message is dropped.
+    ``in_words``: an unknown key, a missing key and a value outside an enum are said in words
+    (``unknown key 'x'; remove it or fix its spelling``) rather than in pydantic's phrases.
+    """
+    prefix = f"{where}: " if where else ""
+    problems = []
+    for item in err.errors():
+        loc = ".".join(str(part) for part in item["loc"])
+        key = loc or "(top level)"
+        if in_words and item["type"] == "extra_forbidden":
+            problems.append(f"{prefix}unknown key {key!r}; remove it or fix its spelling")
+        elif in_words and item["type"] == "missing":
+            problems.append(f"{prefix}required key {key!r} is missing")
+        elif in_words and item["type"] == "enum":
+            expected = item.get("ctx", {}).get("expected", "")
+            problems.append(f"{prefix}{key} {item['input']!r} is not allowed; use {expected}")
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+            problems.append(f"{prefix}{message}" if where and not loc else f"{prefix}{key}: {message}")
+    return "; ".join(problems)
 
 
 def run_command(body: Callable[[], str | None], secrets: Iterable[str] = ()) -> int:

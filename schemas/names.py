@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from schemas.errors import ConfigError, InvalidNameError
 
@@ -19,15 +22,34 @@ def valid_job_id(value: object) -> bool:
     return isinstance(value, str) and bool(JOB_ID_PATTERN.fullmatch(value))
 
 
+def _name_refused(value: object, what: str = "") -> str | None:
+    """Why ``value`` is not a safe identifier (the one rule: :data:`NAME_PATTERN`), or None when it is one."""
+    if isinstance(value, str) and NAME_PATTERN.fullmatch(value):
+        return None
+    return f"{what} name {value!r} is not allowed; use {NAME_RULE}".lstrip()
+
+
 def validate_name(what: str, value: str) -> str:
     """Return ``value`` if it is a safe identifier, else raise :class:`InvalidNameError`.
 
     >>> validate_name("dataset", "ads")
     'ads'
     """
-    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
-        raise InvalidNameError(f"{what} name {value!r} is not allowed; use {NAME_RULE}")
+    problem = _name_refused(value, what)
+    if problem:
+        raise InvalidNameError(problem)
     return value
+
+
+def _safe_name(value: str) -> str:
+    problem = _name_refused(value)
+    if problem:
+        raise ValueError(problem)  # pydantic reports it under the field's location: "<loc>: name 'X' is not allowed"
+    return value
+
+
+#: A pydantic field holding a safe identifier (:data:`NAME_PATTERN`); the same rule as :func:`validate_name`.
+SafeName = Annotated[str, AfterValidator(_safe_name)]
 
 
 def parse_ds(value: str, *, what: str = "ds") -> dt.date:

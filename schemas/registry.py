@@ -49,8 +49,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schemas.errors import RegistryError
-from schemas.names import NAME_PATTERN, NAME_RULE
+from schemas.errors import InvalidNameError, RegistryError, explain_validation
+from schemas.names import SafeName, validate_name
 from schemas.quality import DatasetQuality, FeatureQuality
 
 DEFAULT_REGISTRY_DIR = Path(__file__).resolve().parent / "datasets"
@@ -129,7 +129,7 @@ class Lifecycle(_Frozen):
 class Feature(_Frozen):
     """One registered feature: one top-level column of the feature table."""
 
-    name: str
+    name: SafeName
     kind: Kind
     dtype: DType
     default: float | list[int] | None = None
@@ -138,7 +138,7 @@ class Feature(_Frozen):
     lifecycle: Lifecycle = Lifecycle()
     #: The column's previous name: the table column is renamed (Delta column mapping, no file rewritten),
     #: and logs may still carry the feature under this name.
-    renamed_from: str | None = None
+    renamed_from: SafeName | None = None
     #: A Spark SQL expression over the table's key and feature columns (never its labels): the feature is
     #: computed on write, not logged, and ``featurehouse backfill`` fills it into past partitions.
     derived: str | None = Field(default=None, min_length=1)
@@ -147,11 +147,9 @@ class Feature(_Frozen):
 
     @field_validator("name", "renamed_from")
     @classmethod
-    def _name_is_safe(cls, value: str | None) -> str | None:
+    def _name_is_free(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        if not NAME_PATTERN.fullmatch(value):
-            raise ValueError(f"name {value!r} is not allowed; use {NAME_RULE}")
         if value in KEY_COLUMNS or value == PARTITION_COLUMN or value.startswith(LABEL_PREFIX):
             raise ValueError(
                 f"name {value!r} collides with a table column ({', '.join(KEY_COLUMNS)}, ds, label_*); rename it"
@@ -210,16 +208,9 @@ class Feature(_Frozen):
 class LabelSpec(_Frozen):
     """A label type and its attribution window (how long after an impression it counts)."""
 
-    name: str
+    name: SafeName
     window: dt.timedelta
     description: str = ""
-
-    @field_validator("name")
-    @classmethod
-    def _name_is_safe(cls, value: str) -> str:
-        if not NAME_PATTERN.fullmatch(value):
-            raise ValueError(f"label name {value!r} is not allowed; use {NAME_RULE}")
-        return value
 
     @field_validator("window", mode="before")
     @classmethod
@@ -237,7 +228,7 @@ class LabelSpec(_Frozen):
 class DatasetRegistry(_Frozen):
     """A dataset's registry file, validated: its labels and its features in column order."""
 
-    dataset: str
+    dataset: SafeName
     description: str = ""
     owner: str = ""
     labels: tuple[LabelSpec, ...] = Field(min_length=1)
@@ -305,28 +296,6 @@ class DatasetRegistry(_Frozen):
         return (*KEY_COLUMNS, *self.label_columns, *(f.name for f in self.stored_features), PARTITION_COLUMN)
 
 
-def _describe(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "(top level)"
-
-
-def _explain(err: ValidationError, *, where: str) -> str:
-    """Turn pydantic's report into lines that say what is wrong and what is allowed."""
-    lines = []
-    for item in err.errors():
-        loc = _describe(item["loc"])
-        if item["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key {loc!r}; remove it or fix its spelling")
-        elif item["type"] == "missing":
-            lines.append(f"{where}: required key {loc!r} is missing")
-        elif item["type"] == "enum":
-            expected = item.get("ctx", {}).get("expected", "")
-            lines.append(f"{where}: {loc} {item['input']!r} is not allowed; use {expected}")
-        else:
-            message = item["msg"].removeprefix("Value error, ")
-            lines.append(f"{where}: {loc}: {message}" if loc != "(top level)" else f"{where}: {message}")
-    return "; ".join(lines)
-
-
 def _parse_feature(raw: Any, *, index: int, source: str) -> Feature:
     name = raw.get("name") if isinstance(raw, dict) else None
     where = f"{source}: feature {name!r}" if name else f"{source}: features[{index}]"
@@ -335,7 +304,7 @@ def _parse_feature(raw: Any, *, index: int, source: str) -> Feature:
     try:
         return Feature.model_validate(raw)
     except ValidationError as err:
-        raise RegistryError(_explain(err, where=where)) from err
+        raise RegistryError(explain_validation(err, where=where, in_words=True)) from err
 
 
 def parse_registry(raw: Any, *, source: str, expected_dataset: str | None = None) -> DatasetRegistry:
@@ -368,9 +337,7 @@ def parse_registry(raw: Any, *, source: str, expected_dataset: str | None = None
     try:
         registry = DatasetRegistry.model_validate({**raw, "features": features, "source": source})
     except ValidationError as err:
-        raise RegistryError(_explain(err, where=source)) from err
-    if not NAME_PATTERN.fullmatch(registry.dataset):
-        raise RegistryError(f"{source}: dataset name {registry.dataset!r} is not allowed; use {NAME_RULE}")
+        raise RegistryError(explain_validation(err, where=source, in_words=True)) from err
     if expected_dataset is not None and registry.dataset != expected_dataset:
         raise RegistryError(
             f"{source}: declares dataset {registry.dataset!r} but the file is named for {expected_dataset!r}; "
@@ -402,8 +369,10 @@ def load_registry(path: str | Path) -> DatasetRegistry:
 
 def load_dataset(dataset: str, registry_dir: str | Path | None = None) -> DatasetRegistry:
     """Load the registry of ``dataset`` from ``registry_dir`` (default: ``schemas/datasets``)."""
-    if not NAME_PATTERN.fullmatch(dataset or ""):
-        raise RegistryError(f"dataset name {dataset!r} is not allowed; use {NAME_RULE}")
+    try:
+        validate_name("dataset", dataset)
+    except InvalidNameError as err:
+        raise RegistryError(str(err)) from err
     directory = Path(registry_dir) if registry_dir else DEFAULT_REGISTRY_DIR
     path = directory / f"{dataset}.yaml"
     if not path.exists():

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, explain_validation
 
 PROFILE_VARIABLE = "FEATUREHOUSE_PROFILE"
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
@@ -80,8 +80,7 @@ def load_profile(name: str) -> Profile:
             raise ValueError("the file must be a map with spark: (and optionally description:, cluster:)")
         return Profile(name=path.stem, **raw)
     except (yaml.YAMLError, ValueError, TypeError) as err:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()) if isinstance(
-            err, ValidationError) else str(err).splitlines()[0]  # fmt: skip
+        detail = explain_validation(err) if isinstance(err, ValidationError) else str(err).splitlines()[0]
         raise ConfigError(f"profile {path} is not valid: {detail}") from err
 
 
