@@ -1,7 +1,7 @@
 """Benchmark: feature columns ordered by popularity against registry order, for the demo's jobs.
 
-    .venv/bin/python bench/column_order.py                      # 200k rows of the ads schema, 10 ms a request
-    .venv/bin/python bench/column_order.py --rows 500000 --latency-ms 20
+    .venv/bin/python -m bench.column_order                      # 200k rows of the ads schema, 10 ms a request
+    .venv/bin/python -m bench.column_order --rows 500000 --latency-ms 20
 
 Meta's storage findings (ISCA 2022): a job reads a small share of a table's features, and the
 popular ones are read together, so storing them next to each other turns many small reads into a
@@ -28,7 +28,6 @@ gain would be smaller). The read time without added latency is printed too.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,11 +36,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+from bench.common import CountedFile, figure, ratio, rounds, say
 
-from common import CountedFile, figure, ratio, rounds, say  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 JOBS = ("jobs/ctr_demo.yaml", "jobs/ctr_context.yaml")
 ROW_GROUP = 65_536

@@ -1,7 +1,7 @@
 """Benchmark: what a Delta table's commit history costs, and what OPTIMIZE and checkpoints give back.
 
-    .venv/bin/python bench/commits.py                 # 20 and 200 commits of 500 rows
-    .venv/bin/python bench/commits.py --commits 20 200 1000 --rows 500
+    .venv/bin/python -m bench.commits                 # 20 and 200 commits of 500 rows
+    .venv/bin/python -m bench.commits --commits 20 200 1000 --rows 500
 
 A streaming label join commits once per micro-batch, so its tables collect many small commits
 and files. On one table, built by appending ``--rows`` rows per commit (the shape of a small
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,11 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from common import figure, ratio, rounds, say, spread, summary  # noqa: E402
+from bench.common import figure, ratio, rounds, say, spread, summary
 
 NEVER = "1000000"  # a checkpoint interval no run reaches
 

@@ -1,7 +1,7 @@
 """Criteo import throughput: `featurehouse import criteo` against two peers, on the same file, in one run.
 
-    .venv/bin/python bench/criteo_import.py --rows 1000000 --days 7          # a Kaggle-like train.txt
-    .venv/bin/python bench/criteo_import.py --rows 1000000 --days 7 --gzip   # the same lines gzip-compressed
+    .venv/bin/python -m bench.criteo_import --rows 1000000 --days 7          # a Kaggle-like train.txt
+    .venv/bin/python -m bench.criteo_import --rows 1000000 --days 7 --gzip   # the same lines gzip-compressed
 
 The file is written first by ``featurehouse criteo-sample`` (the published layout; the real files
 cannot be downloaded here). Then, each timed on its own:

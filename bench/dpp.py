@@ -1,7 +1,7 @@
 """Benchmark: the preprocessing service (DPP on Ray) against the in-process reader, in one run, printing ratios.
 
-    .venv/bin/python bench/dpp.py                       # bench/reader.py's 200k-row table (built once)
-    .venv/bin/python bench/dpp.py --rows 1000000 --repeat 5
+    .venv/bin/python -m bench.dpp                       # bench/reader.py's 200k-row table (built once)
+    .venv/bin/python -m bench.dpp --rows 1000000 --repeat 5
 
 Contenders, on the same table and job (bench/reader.py's: 10% of 120 features, batch 8192):
 the in-process reader with 0 DataLoader workers (its batching thread), 1 and 2 worker processes;
@@ -24,22 +24,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from trainer_stall import Setup, bench_table_setup, job_setup, train  # noqa: E402
-
-from ingest.dpp import DppLoader, ray_session  # noqa: E402
-from ingest.loader import ResumableLoader  # noqa: E402
-from trainer.train import pick_device  # noqa: E402
+from bench.trainer_stall import Setup, bench_table_setup, job_setup, train
+from ingest.dpp import DppLoader, ray_session
+from ingest.loader import ResumableLoader
+from trainer.train import pick_device
 
 #: published DLRM training rates one trainer consumes, samples/s, for the capacity model
 TRAINER_RATES = {"NVIDIA's DLRM on one A100 (Criteo 1TB, about 3M samples/s)": 3_000_000,
@@ -108,7 +102,7 @@ def section(work: Path, *, rows: int = 200_000, steps: int = 60, runs: int = 3, 
     against the same steps on batches already in memory: samples/s and the stall fraction against workers."""
     import argparse
 
-    from common import figure, rounds, say
+    from bench.common import figure, rounds, say
 
     ns = argparse.Namespace(rows=rows, codec="snappy", out=work, embedding_dim=embedding_dim, batch_size=batch)
     setup = bench_table_setup(ns)

@@ -1,7 +1,7 @@
 """Benchmark: the reader against its peers on the same Delta table, in one run, printing ratios.
 
-    .venv/bin/python bench/reader.py                     # 1M rows, 100 dense + 20 sparse, snappy and zstd
-    .venv/bin/python bench/reader.py --rows 200000       # quicker
+    .venv/bin/python -m bench.reader                     # 1M rows, 100 dense + 20 sparse, snappy and zstd
+    .venv/bin/python -m bench.reader --rows 200000       # quicker
 
 For each codec it builds (once, cached under --out) a Delta table written with
 ``deltalake`` (no Spark needed), then reads the same 10% of the features with:
@@ -44,16 +44,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+from ingest.loader import ResumableLoader, SnapshotDataset
+from ingest.read import IoCounter
+from ingest.reader import Converter
+from ingest.snapshot import open_snapshot
+from ingest.transforms import parse_transforms
+from schemas.registry import Kind, parse_registry
 
-from ingest.loader import ResumableLoader, SnapshotDataset  # noqa: E402
-from ingest.read import IoCounter  # noqa: E402
-from ingest.reader import Converter  # noqa: E402
-from ingest.snapshot import open_snapshot  # noqa: E402
-from ingest.transforms import parse_transforms  # noqa: E402
-from schemas.registry import Kind, parse_registry  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 DAYS = ("2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04")
 PAD = 32  # the job keeps the first 32 ids of a list; Petastorm pads its lists to the same length
@@ -146,7 +144,7 @@ def to_numpy(table: pa.Table, dense: list[str], sparse: list[str]) -> int:
 def run_pyarrow(path: Path, dense: list[str], sparse: list[str], *, all_columns: bool, threads: bool,
                 counted: bool = False) -> dict:  # fmt: skip
     """pyarrow into numpy, no transforms; ``counted``: through a file that counts the bytes read (an untimed pass)."""
-    from common import CountedFile
+    from bench.common import CountedFile
 
     started, rows, handles = time.perf_counter(), 0, []
     for file in files_of(path):
@@ -202,7 +200,7 @@ def run_petastorm(python: str | None, path: Path, dense: list[str], sparse: list
 def section(work: Path, *, rows: int = 200_000, fractions: tuple[float, ...] = (0.01, 0.1, 0.5, 1.0), runs: int = 3,
             petastorm_python: str | None = None, codec: str = "snappy", batch: int = 8192) -> dict:  # fmt: skip
     """The reader against the floor, all columns and Petastorm at each share of the features (100 dense + 20 sparse)."""
-    from common import figure, ratio, rounds, say
+    from bench.common import figure, ratio, rounds, say
 
     reg = registry(100, 20)
     path = work / f"bench_{rows}_100_20_10_{codec}"

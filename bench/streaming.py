@@ -1,8 +1,8 @@
 """Streaming label join: throughput against the batch job, and freshness from Kafka, in one run.
 
-    .venv/bin/python bench/streaming.py                                    # the defaults: a few minutes
-    .venv/bin/python bench/streaming.py --impressions 20000 --runs 3       # more data per day
-    .venv/bin/python bench/streaming.py --skip throughput --rate 1000 --seconds 120
+    .venv/bin/python -m bench.streaming                                    # the defaults: a few minutes
+    .venv/bin/python -m bench.streaming --impressions 20000 --runs 3       # more data per day
+    .venv/bin/python -m bench.streaming --skip throughput --rate 1000 --seconds 120
 
 Both parts use the demo's ``ads`` registry as shipped (labels click 1h and conversion 3d: the
 longest window is 3 days) and logs written by ``featurehouse generate`` (``--impressions`` per
@@ -64,10 +64,6 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 DS = dt.date(2026, 11, 1)
 DATASET = "ads"

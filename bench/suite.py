@@ -33,8 +33,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
 SECTIONS = ("etl", "reader", "stall", "commits", "column_order")
 
@@ -61,30 +59,30 @@ def run_section(name: str, params: dict, work: Path, runs: int) -> dict:
     """One section in this process: its figures."""
     work.mkdir(parents=True, exist_ok=True)
     if name == "etl":
-        import label_join
+        from bench import label_join
 
         return label_join.section(work / "etl", sizes=tuple(params["sizes"]), runs=runs, startup_too=params["startup_too"])
     if name == "reader":
-        import reader
+        from bench import reader
 
         return reader.section(work / "tables", rows=params["rows"], runs=runs,
                               petastorm_python=params.get("petastorm_python"))  # fmt: skip
     if name == "stall":
-        import dpp
+        from bench import dpp
 
         return dpp.section(work / "tables", rows=params["rows"], steps=params["steps"], runs=runs,
                            local_workers=tuple(params["local_workers"]), dpp_workers=tuple(params["dpp_workers"]))
     if name == "commits":
         import shutil
 
-        import commits
+        from bench import commits
 
         shutil.rmtree(work / "commits", ignore_errors=True)  # the table's history is the thing measured: fresh
         (work / "commits").mkdir(parents=True)
         return commits.section(work / "commits", commit_counts=tuple(params["commit_counts"]), rows=params["rows"],
                                runs=runs)  # fmt: skip
     if name == "column_order":
-        import column_order
+        from bench import column_order
 
         return column_order.section(work / "column_order", rows=params["rows"], runs=runs)
     raise ValueError(f"unknown section {name!r}; the sections are {', '.join(SECTIONS)}")
@@ -111,7 +109,7 @@ def machine() -> dict:
 
 def child(name: str, params: dict, answer: Path, ns: argparse.Namespace) -> tuple[int, str]:
     """Run one section in a fresh process; pass its progress lines on as they come; (exit status, its last lines)."""
-    command = [sys.executable, __file__, "--section", name, "--params", json.dumps(params), "--json", str(answer),
+    command = [sys.executable, "-m", "bench.suite", "--section", name, "--params", json.dumps(params), "--json", str(answer),
                "--work", str(ns.work), "--runs", str(ns.runs)]  # fmt: skip
     tail: list[str] = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO) as proc:
@@ -156,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         ns.json.write_text(json.dumps(result, indent=1))
         return 0
 
-    import report
+    from bench import report
 
     report.check_plotting()  # before any minute is spent: matplotlib is needed at the end
     if ns.redraw:
