@@ -103,6 +103,16 @@ def read_job(files: list[str], columns: list[str], *, coalesce: bool, latency: f
     return {"seconds": time.perf_counter() - began, "requests": requests, "bytes": bytes_}
 
 
+class JobRead:
+    """:func:`read_job` of one job's columns from one layout's files, for :func:`common.rounds`."""
+
+    def __init__(self, files: list[str], columns: list[str], *, coalesce: bool, latency: float) -> None:
+        self.files, self.columns, self.coalesce, self.latency = files, columns, coalesce, latency
+
+    def __call__(self) -> dict:
+        return read_job(self.files, self.columns, coalesce=self.coalesce, latency=self.latency)
+
+
 def section(work: Path, *, rows: int = 200_000, latency_ms: float = 10.0, runs: int = 3) -> dict:
     from deltalake import DeltaTable
 
@@ -129,7 +139,7 @@ def section(work: Path, *, rows: int = 200_000, latency_ms: float = 10.0, runs: 
             for coalesce in (True, False):
                 for lat in (latency_ms / 1000, 0.0):
                     key = f"{name}, {'coalesced' if coalesce else 'per chunk'}, {'+latency' if lat else 'local'}"
-                    contenders[key] = lambda f=files[name], c=coalesce, lat=lat: read_job(f, wanted, coalesce=c, latency=lat)
+                    contenders[key] = JobRead(files[name], wanted, coalesce=coalesce, latency=lat)
         runs_ = rounds(contenders, runs, label=f"column order {spec.job_id}: ")
         result = {key: {"seconds": figure(r), "requests": r[0]["requests"], "bytes": r[0]["bytes"]}
                   for key, r in runs_.items()}  # fmt: skip
