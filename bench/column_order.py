@@ -1,7 +1,7 @@
 """Benchmark: feature columns ordered by popularity against registry order, for the demo's jobs.
 
-    .venv/bin/python bench/column_order.py                      # 200k rows of the ads schema, 10 ms a request
-    .venv/bin/python bench/column_order.py --rows 500000 --latency-ms 20
+    .venv/bin/python -m bench.column_order                      # 200k rows of the ads schema, 10 ms a request
+    .venv/bin/python -m bench.column_order --rows 500000 --latency-ms 20
 
 Meta's storage findings (ISCA 2022): a job reads a small share of a table's features, and the
 popular ones are read together, so storing them next to each other turns many small reads into a
@@ -28,7 +28,6 @@ gain would be smaller). The read time without added latency is printed too.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,11 +36,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+from bench.common import CountedFile, figure, ratio, rounds, say
 
-from common import CountedFile, figure, ratio, rounds, say  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 JOBS = ("jobs/ctr_demo.yaml", "jobs/ctr_context.yaml")
 ROW_GROUP = 65_536
@@ -106,6 +103,16 @@ def read_job(files: list[str], columns: list[str], *, coalesce: bool, latency: f
     return {"seconds": time.perf_counter() - began, "requests": requests, "bytes": bytes_}
 
 
+class JobRead:
+    """:func:`read_job` of one job's columns from one layout's files, for :func:`common.rounds`."""
+
+    def __init__(self, files: list[str], columns: list[str], *, coalesce: bool, latency: float) -> None:
+        self.files, self.columns, self.coalesce, self.latency = files, columns, coalesce, latency
+
+    def __call__(self) -> dict:
+        return read_job(self.files, self.columns, coalesce=self.coalesce, latency=self.latency)
+
+
 def section(work: Path, *, rows: int = 200_000, latency_ms: float = 10.0, runs: int = 3) -> dict:
     from deltalake import DeltaTable
 
@@ -132,7 +139,7 @@ def section(work: Path, *, rows: int = 200_000, latency_ms: float = 10.0, runs: 
             for coalesce in (True, False):
                 for lat in (latency_ms / 1000, 0.0):
                     key = f"{name}, {'coalesced' if coalesce else 'per chunk'}, {'+latency' if lat else 'local'}"
-                    contenders[key] = lambda f=files[name], c=coalesce, lat=lat: read_job(f, wanted, coalesce=c, latency=lat)
+                    contenders[key] = JobRead(files[name], wanted, coalesce=coalesce, latency=lat)
         runs_ = rounds(contenders, runs, label=f"column order {spec.job_id}: ")
         result = {key: {"seconds": figure(r), "requests": r[0]["requests"], "bytes": r[0]["bytes"]}
                   for key, r in runs_.items()}  # fmt: skip

@@ -1,7 +1,7 @@
 """Benchmark: what a Delta table's commit history costs, and what OPTIMIZE and checkpoints give back.
 
-    .venv/bin/python bench/commits.py                 # 20 and 200 commits of 500 rows
-    .venv/bin/python bench/commits.py --commits 20 200 1000 --rows 500
+    .venv/bin/python -m bench.commits                 # 20 and 200 commits of 500 rows
+    .venv/bin/python -m bench.commits --commits 20 200 1000 --rows 500
 
 A streaming label join commits once per micro-batch, so its tables collect many small commits
 and files. On one table, built by appending ``--rows`` rows per commit (the shape of a small
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,11 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from common import figure, ratio, rounds, say, spread, summary  # noqa: E402
+from bench.common import figure, ratio, rounds, say, spread, summary
 
 NEVER = "1000000"  # a checkpoint interval no run reaches
 
@@ -60,90 +55,135 @@ def append(path: Path, table: pa.Table) -> None:
                                                                                                  cleanup_expired_logs=False))  # fmt: skip
 
 
+class CommitTable:
+    """The measured table at ``work / "micro"`` and its contenders: opening it and one more commit, by Spark and by
+    ``deltalake``; a scan of it by Spark. Each contender returns its measures for :func:`common.rounds`."""
+
+    def __init__(self, spark, work: Path, rows: int) -> None:
+        self.spark, self.path, self.rows = spark, work / "micro", rows
+        self.seed = iter(range(10**9))
+        self.deltalake_commit_s: list[float] = []  # every deltalake commit's time, the ones building the table too
+        self.delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog
+        self.spark_batch = spark.createDataFrame(batch(rows, 10**9).to_pandas())  # a seed no deltalake commit uses
+        self.spark_batch.cache().count()
+
+    def spark_open(self) -> dict:
+        self.delta_log.clearCache()
+        began = time.perf_counter()
+        self.spark.read.format("delta").load(str(self.path)).schema
+        return {"seconds": time.perf_counter() - began}
+
+    def deltalake_open(self) -> dict:
+        from deltalake import DeltaTable
+
+        began = time.perf_counter()
+        DeltaTable(str(self.path)).version()
+        return {"seconds": time.perf_counter() - began}
+
+    def spark_commit(self) -> dict:
+        self.spark_batch.write.format("delta").mode("append").save(str(self.path))
+        return {}
+
+    def deltalake_commit(self) -> dict:
+        data = batch(self.rows, next(self.seed))
+        began = time.perf_counter()
+        append(self.path, data)
+        return {"seconds": time.perf_counter() - began}
+
+    def spark_scan(self) -> dict:
+        self.spark.read.format("delta").load(str(self.path)).selectExpr("sum(dense_00)", "count(*)").collect()
+        return {}
+
+    def version(self) -> int:
+        """Commits so far (version 0 is the first)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(self.path)).version() + 1 if (self.path / "_delta_log").exists() else 0
+
+    def build_to(self, count: int) -> None:
+        """Commit with deltalake until the table has ``count`` commits."""
+        while self.version() < count:
+            self.deltalake_commit_s.append(self.deltalake_commit()["seconds"])
+
+    def files(self) -> int:
+        from deltalake import DeltaTable
+
+        return len(DeltaTable(str(self.path)).file_uris())
+
+
+class OneCommit:
+    """Every row the deltalake commits wrote, written again as one commit into a fresh table at ``path``."""
+
+    def __init__(self, path: Path, rows: pa.Table) -> None:
+        self.path, self.rows = path, rows
+
+    def __call__(self) -> dict:
+        shutil.rmtree(self.path, ignore_errors=True)
+        began = time.perf_counter()
+        append(self.path, self.rows)
+        return {"seconds": time.perf_counter() - began}
+
+
+def _opens(table: CommitTable, runs: int, label: str) -> dict[str, list[dict]]:
+    return rounds({"Spark open": table.spark_open, "deltalake open": table.deltalake_open}, runs, label=label)
+
+
+def _at_counts(table: CommitTable, commit_counts: tuple[int, ...], runs: int) -> dict:
+    """Open and commit times by engine once the table has each of ``commit_counts`` commits, no checkpoint yet."""
+    at = {}
+    for count in commit_counts:
+        say(f"commits: building the table to {count} commits of {table.rows} rows (deltalake)")
+        table.build_to(count)
+        opens = _opens(table, runs, f"commits {count}: ")
+        commits = rounds({"Spark commit": table.spark_commit, "deltalake commit": table.deltalake_commit}, runs,
+                         label=f"commits {count}: ")  # fmt: skip
+        at[str(count)] = {name: figure(r) for name, r in {**opens, **commits}.items()}
+    return at
+
+
+def _micro_batches(table: CommitTable, work: Path, rows: int, runs: int) -> dict:
+    """The deltalake commits so far against the same rows in one commit."""
+    all_rows = pa.concat_tables([batch(rows, s) for s in range(len(table.deltalake_commit_s))])  # what they wrote
+    one = figure(rounds({"one commit": OneCommit(work / "bulk", all_rows)}, runs, label="commits: ")["one commit"])
+    dl_commit_s = table.deltalake_commit_s
+    commits = {"n": len(dl_commit_s), "total_s": sum(dl_commit_s), **summary(dl_commit_s)}
+    commits.pop("runs")
+    return {"one_commit_of_all_rows": one, "deltalake_commits": commits}
+
+
+def _optimized_scan(spark, table: CommitTable, runs: int) -> dict:
+    """A Spark scan of the table's small files, OPTIMIZE, the scan again: ``optimize_s`` and ``scan``."""
+    files_before = table.files()
+    before = rounds({"scan": table.spark_scan}, runs, label=f"commits: {files_before} small files, ")["scan"]
+    began = time.perf_counter()
+    spark.sql(f"OPTIMIZE delta.`{table.path}`").collect()
+    optimize_s = time.perf_counter() - began
+    files_after = table.files()
+    after = rounds({"scan": table.spark_scan}, runs, label=f"commits: after OPTIMIZE ({files_after} files), ")["scan"]
+    return {"optimize_s": optimize_s,
+            "scan": {"files_before": files_before, "files_after": files_after, "before": figure(before),
+                     "after": figure(after), "before/after": ratio(before, after)}}  # fmt: skip
+
+
 def section(work: Path, *, commit_counts: tuple[int, ...] = (20, 200), rows: int = 500, runs: int = 3) -> dict:
     from deltalake import DeltaTable
 
     from warehouse.session import spark_session
 
     out: dict = {"rows_per_commit": rows, "commit_counts": list(commit_counts), "at": {}}
-    table = work / "micro"
-    seed = iter(range(10**9))
-    dl_commit_s: list[float] = []
     with spark_session(work / "spark", conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}) as spark:
         spark.range(10).count()
-        delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog
-        spark_batch = spark.createDataFrame(batch(rows, 10**9).to_pandas())  # a seed no deltalake commit uses
-        spark_batch.cache().count()
-
-        def spark_open() -> dict:
-            delta_log.clearCache()
-            began = time.perf_counter()
-            spark.read.format("delta").load(str(table)).schema
-            return {"seconds": time.perf_counter() - began}
-
-        def deltalake_open() -> dict:
-            began = time.perf_counter()
-            DeltaTable(str(table)).version()
-            return {"seconds": time.perf_counter() - began}
-
-        def spark_commit() -> dict:
-            spark_batch.write.format("delta").mode("append").save(str(table))
-            return {}
-
-        def deltalake_commit() -> dict:
-            data = batch(rows, next(seed))
-            began = time.perf_counter()
-            append(table, data)
-            return {"seconds": time.perf_counter() - began}
-
-        def version() -> int:
-            """Commits so far (version 0 is the first)."""
-            return DeltaTable(str(table)).version() + 1 if (table / "_delta_log").exists() else 0
-
-        for count in commit_counts:
-            say(f"commits: building the table to {count} commits of {rows} rows (deltalake)")
-            while version() < count:
-                dl_commit_s.append(deltalake_commit()["seconds"])
-            opens = rounds({"Spark open": spark_open, "deltalake open": deltalake_open}, runs,
-                           label=f"commits {count}: ")  # fmt: skip
-            commits = rounds({"Spark commit": spark_commit, "deltalake commit": deltalake_commit}, runs,
-                             label=f"commits {count}: ")  # fmt: skip
-            out["at"][str(count)] = {name: figure(r) for name, r in {**opens, **commits}.items()}
+        table = CommitTable(spark, work, rows)
+        out["at"] = _at_counts(table, commit_counts, runs)
         last = str(commit_counts[-1])
         began = time.perf_counter()
-        DeltaTable(str(table)).create_checkpoint()
+        DeltaTable(str(table.path)).create_checkpoint()
         out["checkpoint_s"] = time.perf_counter() - began
-        opens = rounds({"Spark open": spark_open, "deltalake open": deltalake_open}, runs,
-                       label=f"commits {last}, checkpointed: ")  # fmt: skip
+        opens = _opens(table, runs, f"commits {last}, checkpointed: ")
         out["at"][last + "+checkpoint"] = {name: figure(r) for name, r in opens.items()}
-
         # many small commits against one: the same rows, written by deltalake
-        all_rows = pa.concat_tables([batch(rows, s) for s in range(len(dl_commit_s))])  # the rows those commits wrote
-        bulk = work / "bulk"
-
-        def one_commit() -> dict:
-            shutil.rmtree(bulk, ignore_errors=True)
-            began = time.perf_counter()
-            append(bulk, all_rows)
-            return {"seconds": time.perf_counter() - began}
-
-        out["one_commit_of_all_rows"] = figure(rounds({"one commit": one_commit}, runs, label="commits: ")["one commit"])
-        out["deltalake_commits"] = {"n": len(dl_commit_s), "total_s": sum(dl_commit_s), **summary(dl_commit_s)}
-        out["deltalake_commits"].pop("runs")
-
-        def scan() -> dict:
-            spark.read.format("delta").load(str(table)).selectExpr("sum(dense_00)", "count(*)").collect()
-            return {}
-
-        files_before = len(DeltaTable(str(table)).file_uris())
-        before = rounds({"scan": scan}, runs, label=f"commits: {files_before} small files, ")["scan"]
-        began = time.perf_counter()
-        spark.sql(f"OPTIMIZE delta.`{table}`").collect()
-        out["optimize_s"] = time.perf_counter() - began
-        files_after = len(DeltaTable(str(table)).file_uris())
-        after = rounds({"scan": scan}, runs, label=f"commits: after OPTIMIZE ({files_after} files), ")["scan"]
-        out["scan"] = {"files_before": files_before, "files_after": files_after, "before": figure(before),
-                       "after": figure(after), "before/after": ratio(before, after)}  # fmt: skip
+        out |= _micro_batches(table, work, rows, runs)
+        out |= _optimized_scan(spark, table, runs)
     return out
 
 

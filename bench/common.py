@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from ingest.read import CountingFile, IoCounter  # noqa: E402
+from ingest.read import CountingFile, IoCounter
 
 _STARTED = time.perf_counter()
 

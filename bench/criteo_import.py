@@ -1,7 +1,7 @@
 """Criteo import throughput: `featurehouse import criteo` against two peers, on the same file, in one run.
 
-    .venv/bin/python bench/criteo_import.py --rows 1000000 --days 7          # a Kaggle-like train.txt
-    .venv/bin/python bench/criteo_import.py --rows 1000000 --days 7 --gzip   # the same lines gzip-compressed
+    .venv/bin/python -m bench.criteo_import --rows 1000000 --days 7          # a Kaggle-like train.txt
+    .venv/bin/python -m bench.criteo_import --rows 1000000 --days 7 --gzip   # the same lines gzip-compressed
 
 The file is written first by ``featurehouse criteo-sample`` (the published layout; the real files
 cannot be downloaded here). Then, each timed on its own:
@@ -76,6 +76,68 @@ def spark_bare(spark, path: Path, table_path: Path) -> int:
     return spark.read.format("delta").load(str(table_path)).count()
 
 
+class FeaturehouseImport:
+    """``etl.criteo.importer.run`` as ``featurehouse import criteo`` runs it; a rerun replaces the same days."""
+
+    def __init__(self, spark, config) -> None:
+        from etl.criteo import importer as criteo_import
+
+        self.spark, self.config, self.run = spark, config, criteo_import.run
+
+    def __call__(self) -> int:
+        summary = self.run(self.spark, self.config)  # a rerun replaces the same days
+        return summary.lines
+
+
+class PlainSparkImport:
+    """:func:`spark_bare`: one Spark read, the conversions, one Delta write, no checks."""
+
+    def __init__(self, spark, path: Path, table_path: Path) -> None:
+        self.spark, self.path, self.table_path = spark, path, table_path
+
+    def __call__(self) -> int:
+        return spark_bare(self.spark, self.path, self.table_path)
+
+
+class ReferenceParse:
+    """:func:`reference_parse` into a fresh ``out`` folder."""
+
+    def __init__(self, path: Path, days: int, out: Path) -> None:
+        self.path, self.days, self.out = path, days, out
+
+    def __call__(self) -> int:
+        shutil.rmtree(self.out, ignore_errors=True)
+        self.out.mkdir()
+        return reference_parse(self.path, self.days, self.out)
+
+
+def timed_rounds(contenders: dict, runs: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Each contender's seconds over ``runs`` runs after a warm-up round, the order rotating; the lines each read."""
+    seconds: dict[str, list[float]] = {name: [] for name in contenders}
+    lines: dict[str, int] = {}
+    names = list(contenders)
+    for round_ in range(runs + 1):  # round 0 warms up; the order rotates from round to round
+        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            began = time.perf_counter()
+            lines[name] = contenders[name]()
+            took = time.perf_counter() - began
+            print(f"  {'warm-up' if round_ == 0 else f'run {round_}'}: {name} {took:.1f}s", flush=True)
+            if round_:
+                seconds[name].append(took)
+    return seconds, lines
+
+
+def print_figures(seconds: dict[str, list[float]], lines: dict[str, int], rows: int, ns: argparse.Namespace) -> None:
+    base = statistics.median(seconds["featurehouse import criteo"])
+    print(f"\n{rows:,} lines, {'gzip' if ns.gzip else 'plain'}, {ns.days} days, local Spark on this machine, "
+          f"{ns.runs} runs each after a warm-up (median [min..max])")  # fmt: skip
+    print(f"{'':38} {'seconds':>22} {'lines/s':>10} {'featurehouse time / this':>25}")
+    for name, runs in seconds.items():
+        median = statistics.median(runs)
+        spread = f"{median:6.1f} [{min(runs):5.1f}..{max(runs):5.1f}]"
+        print(f"{name:38} {spread:>22} {lines[name] / median:10,.0f} {base / median:24.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -102,42 +164,14 @@ def main() -> None:
         spark.range(1000).count()  # start the executors before any clock runs
         config = criteo_import.CriteoImportConfig(dataset="criteo_bench", ds=dt.date(2026, 1, 1), files=(str(path),),
                                                   home=home, split_days=ns.days, registry_dir=home / "registry")  # fmt: skip
-
-        def featurehouse() -> int:
-            summary = criteo_import.run(spark, config)  # a rerun replaces the same days
-            return summary.lines
-
-        def reference() -> int:
-            out = home / "npz"
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            return reference_parse(path, ns.days, out)
-
         contenders = {
-            "featurehouse import criteo": featurehouse,
-            "Spark, no checks (peer)": lambda: spark_bare(spark, path, home / "bare_delta"),
-            "DLRM reference parse, Python (peer)": reference,
+            "featurehouse import criteo": FeaturehouseImport(spark, config),
+            "Spark, no checks (peer)": PlainSparkImport(spark, path, home / "bare_delta"),
+            "DLRM reference parse, Python (peer)": ReferenceParse(path, ns.days, home / "npz"),
         }
-        seconds: dict[str, list[float]] = {name: [] for name in contenders}
-        lines: dict[str, int] = {}
-        names = list(contenders)
-        for round_ in range(ns.runs + 1):  # round 0 warms up; the order rotates from round to round
-            for name in names[round_ % len(names):] + names[: round_ % len(names)]:
-                began = time.perf_counter()
-                lines[name] = contenders[name]()
-                took = time.perf_counter() - began
-                print(f"  {'warm-up' if round_ == 0 else f'run {round_}'}: {name} {took:.1f}s", flush=True)
-                if round_:
-                    seconds[name].append(took)
+        seconds, lines = timed_rounds(contenders, ns.runs)
 
-    base = statistics.median(seconds["featurehouse import criteo"])
-    print(f"\n{sample.rows:,} lines, {'gzip' if ns.gzip else 'plain'}, {ns.days} days, local Spark on this machine, "
-          f"{ns.runs} runs each after a warm-up (median [min..max])")  # fmt: skip
-    print(f"{'':38} {'seconds':>22} {'lines/s':>10} {'featurehouse time / this':>25}")
-    for name, runs in seconds.items():
-        median = statistics.median(runs)
-        spread = f"{median:6.1f} [{min(runs):5.1f}..{max(runs):5.1f}]"
-        print(f"{name:38} {spread:>22} {lines[name] / median:10,.0f} {base / median:24.2f}x")
+    print_figures(seconds, lines, sample.rows, ns)
     if ns.home is None:
         shutil.rmtree(home, ignore_errors=True)
 

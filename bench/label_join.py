@@ -1,7 +1,7 @@
 """Label-join cost against size: `featurehouse label-join` against a plain Spark job, DuckDB and Polars, in one run.
 
-    .venv/bin/python bench/label_join.py --impressions 20000 40000 80000      # the full suite's sizes
-    .venv/bin/python bench/label_join.py --impressions 20000 --runs 3         # a quick look
+    .venv/bin/python -m bench.label_join --impressions 20000 40000 80000      # the full suite's sizes
+    .venv/bin/python -m bench.label_join --impressions 20000 --runs 3         # a quick look
 
 For each size, one day of logs is generated first (``featurehouse generate``: the demo's ``ads``
 registry, about 3 KB of JSON per impression, 1% duplicates, labels over the next 3 days). Then,
@@ -50,11 +50,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+from bench.common import figure, peak_mib, ratio, reset_peak, rounds, rss_mib, say, spread
 
-from common import figure, peak_mib, ratio, reset_peak, rounds, rss_mib, say, spread  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 DS = dt.date(2026, 11, 1)
 
@@ -226,9 +224,10 @@ STARTUP = {
 
 def startup(key: str, home: Path) -> dict:
     """Seconds for a fresh Python process to start contender ``key``'s engine and run one trivial query."""
-    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path; HOME = Path({str(home)!r})\n"
+    code = f"from pathlib import Path; HOME = Path({str(home.resolve())!r})\n"
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code + STARTUP[key]], capture_output=True, text=True)
+    # run from the repository's root, so that the probe imports this checkout's packages (its sys.path starts there)
+    done = subprocess.run([sys.executable, "-c", code + STARTUP[key]], capture_output=True, text=True, cwd=REPO)
     seconds = time.perf_counter() - began
     if done.returncode:
         raise RuntimeError(f"start-up probe of ({key}) failed: {done.stderr.strip()[-500:]}")

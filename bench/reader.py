@@ -1,7 +1,7 @@
 """Benchmark: the reader against its peers on the same Delta table, in one run, printing ratios.
 
-    .venv/bin/python bench/reader.py                     # 1M rows, 100 dense + 20 sparse, snappy and zstd
-    .venv/bin/python bench/reader.py --rows 200000       # quicker
+    .venv/bin/python -m bench.reader                     # 1M rows, 100 dense + 20 sparse, snappy and zstd
+    .venv/bin/python -m bench.reader --rows 200000       # quicker
 
 For each codec it builds (once, cached under --out) a Delta table written with
 ``deltalake`` (no Spark needed), then reads the same 10% of the features with:
@@ -44,16 +44,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+from ingest.loader import ResumableLoader, SnapshotDataset
+from ingest.read import IoCounter
+from ingest.reader import Converter
+from ingest.snapshot import open_snapshot
+from ingest.transforms import parse_transforms
+from schemas.registry import Kind, parse_registry
 
-from ingest.loader import ResumableLoader, SnapshotDataset  # noqa: E402
-from ingest.read import IoCounter  # noqa: E402
-from ingest.reader import Converter  # noqa: E402
-from ingest.snapshot import open_snapshot  # noqa: E402
-from ingest.transforms import parse_transforms  # noqa: E402
-from schemas.registry import Kind, parse_registry  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 DAYS = ("2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04")
 PAD = 32  # the job keeps the first 32 ids of a list; Petastorm pads its lists to the same length
@@ -146,7 +144,7 @@ def to_numpy(table: pa.Table, dense: list[str], sparse: list[str]) -> int:
 def run_pyarrow(path: Path, dense: list[str], sparse: list[str], *, all_columns: bool, threads: bool,
                 counted: bool = False) -> dict:  # fmt: skip
     """pyarrow into numpy, no transforms; ``counted``: through a file that counts the bytes read (an untimed pass)."""
-    from common import CountedFile
+    from bench.common import CountedFile
 
     started, rows, handles = time.perf_counter(), 0, []
     for file in files_of(path):
@@ -199,10 +197,45 @@ def run_petastorm(python: str | None, path: Path, dense: list[str], sparse: list
     return json.loads(done.stdout.strip().splitlines()[-1].removeprefix("ANSWER "))
 
 
+def suite_peers(path: Path, reg, dense: list[str], sparse: list[str], batch: int, petastorm) -> dict:
+    """The suite's contenders by key: (a) the reader in process, (b) the pyarrow floor, (c) pyarrow reading every
+    column, (d) Petastorm where its venv is given."""
+    peers = {"a": partial(run_reader, path, reg, dense, sparse, batch, workers=0),
+             "b": partial(run_pyarrow, path, dense, sparse, all_columns=False, threads=False),
+             "c": partial(run_pyarrow, path, dense, sparse, all_columns=True, threads=False)}  # fmt: skip
+    if petastorm:
+        peers["d"] = partial(petastorm, path, dense, sparse, batch)
+    return peers
+
+
+def fraction_figures(path: Path, dense: list[str], sparse: list[str], runs_: dict[str, list[dict]], rows: int) -> dict:
+    """One share of the features' figures by peer, from its rounds: samples/s, seconds, bytes (an untimed counted
+    pass for pyarrow), the reader's speed over each peer's round by round, the reader's profile."""
+    from bench.common import figure, ratio
+
+    bytes_read = {"a": runs_["a"][0]["bytes"],
+                  "b": run_pyarrow(path, dense, sparse, all_columns=False, threads=False, counted=True)["bytes"],
+                  "c": run_pyarrow(path, dense, sparse, all_columns=True, threads=False, counted=True)["bytes"]}
+    result: dict = {"features": len(dense) + len(sparse), "requested_bytes": requested_bytes(path, [*dense, *sparse])}
+    for key, r in runs_.items():
+        if any("not_run" in x for x in r):
+            result[key] = {"not_run": next(x["not_run"] for x in r if "not_run" in x)}
+            continue
+        result[key] = {"samples_per_s": figure([{"v": x["rows"] / x["seconds"]} for x in r], "v"),
+                       "seconds": figure(r), "bytes": bytes_read.get(key)}  # fmt: skip
+        short = [x["rows"] for x in r if x["rows"] != rows]
+        if short:  # a peer that delivered fewer rows than the table has: its samples/s count what it delivered
+            result[key]["warning"] = f"{len(short)} of {len(r)} runs delivered {short} rows, not {rows:,}"
+        if key != "a":
+            result[key]["a_speedup"] = ratio(r, runs_["a"])  # this peer's time / the reader's, round by round
+    result["a"]["profile"] = sorted(runs_["a"], key=lambda x: x["seconds"])[len(runs_["a"]) // 2]["mode"]
+    return result
+
+
 def section(work: Path, *, rows: int = 200_000, fractions: tuple[float, ...] = (0.01, 0.1, 0.5, 1.0), runs: int = 3,
             petastorm_python: str | None = None, codec: str = "snappy", batch: int = 8192) -> dict:  # fmt: skip
     """The reader against the floor, all columns and Petastorm at each share of the features (100 dense + 20 sparse)."""
-    from common import figure, ratio, rounds, say
+    from bench.common import rounds, say
 
     reg = registry(100, 20)
     path = work / f"bench_{rows}_100_20_10_{codec}"
@@ -215,29 +248,8 @@ def section(work: Path, *, rows: int = 200_000, fractions: tuple[float, ...] = (
         out["petastorm"] = "not run: no --petastorm-python (make bench makes .venv-petastorm)"
     for fraction in fractions:
         dense, sparse = job_columns(reg, fraction)
-        peers = {"a": partial(run_reader, path, reg, dense, sparse, batch, workers=0),
-                 "b": partial(run_pyarrow, path, dense, sparse, all_columns=False, threads=False),
-                 "c": partial(run_pyarrow, path, dense, sparse, all_columns=True, threads=False)}  # fmt: skip
-        if petastorm:
-            peers["d"] = partial(petastorm, path, dense, sparse, batch)
-        runs_ = rounds(peers, runs, label=f"reader {fraction:.0%}: ")
-        bytes_read = {"a": runs_["a"][0]["bytes"],
-                      "b": run_pyarrow(path, dense, sparse, all_columns=False, threads=False, counted=True)["bytes"],
-                      "c": run_pyarrow(path, dense, sparse, all_columns=True, threads=False, counted=True)["bytes"]}
-        result: dict = {"features": len(dense) + len(sparse), "requested_bytes": requested_bytes(path, [*dense, *sparse])}
-        for key, r in runs_.items():
-            if any("not_run" in x for x in r):
-                result[key] = {"not_run": next(x["not_run"] for x in r if "not_run" in x)}
-                continue
-            result[key] = {"samples_per_s": figure([{"v": x["rows"] / x["seconds"]} for x in r], "v"),
-                           "seconds": figure(r), "bytes": bytes_read.get(key)}  # fmt: skip
-            short = [x["rows"] for x in r if x["rows"] != rows]
-            if short:  # a peer that delivered fewer rows than the table has: its samples/s count what it delivered
-                result[key]["warning"] = f"{len(short)} of {len(r)} runs delivered {short} rows, not {rows:,}"
-            if key != "a":
-                result[key]["a_speedup"] = ratio(r, runs_["a"])  # this peer's time / the reader's, round by round
-        result["a"]["profile"] = sorted(runs_["a"], key=lambda x: x["seconds"])[len(runs_["a"]) // 2]["mode"]
-        out["by_fraction"][str(fraction)] = result
+        runs_ = rounds(suite_peers(path, reg, dense, sparse, batch, petastorm), runs, label=f"reader {fraction:.0%}: ")
+        out["by_fraction"][str(fraction)] = fraction_figures(path, dense, sparse, runs_, rows)
     if petastorm:
         petastorm.close()
         out["petastorm_short_reads"] = petastorm.short  # reads that delivered fewer rows, each read again
@@ -315,6 +327,52 @@ PEERS = {
 }
 
 
+def script_peers(path: Path, reg, dense: list[str], sparse: list[str], ns: argparse.Namespace) -> dict:
+    """The script's contenders by key (see the module's doc): (a), (a2), (b), (b2), (c), (d)."""
+    return {
+        "a": partial(run_reader, path, reg, dense, sparse, ns.batch_size, workers=0),
+        "a2": partial(run_reader, path, reg, dense, sparse, ns.batch_size, workers=2),
+        "b": partial(run_pyarrow, path, dense, sparse, all_columns=False, threads=False),
+        "b2": partial(run_pyarrow, path, dense, sparse, all_columns=False, threads=True),
+        "c": partial(run_pyarrow, path, dense, sparse, all_columns=True, threads=False),
+        "d": partial(run_petastorm, ns.petastorm_python, path, dense, sparse, ns.batch_size),
+    }
+
+
+def fraction_pairs(path: Path, reg, ns: argparse.Namespace) -> dict[float, tuple[int, dict]]:
+    """(a) against (b) at each of ``--fractions``: the features read and each one's median run."""
+    by_fraction = {}
+    for fraction in (float(f) for f in ns.fractions.split(",")):
+        fd, fs = job_columns(reg, fraction)
+        by_fraction[fraction] = (len(fd) + len(fs), alternating_medians({
+            "a": partial(run_reader, path, reg, fd, fs, ns.batch_size, workers=0),
+            "b": partial(run_pyarrow, path, fd, fs, all_columns=False, threads=False),
+        }, ns.repeat))  # fmt: skip
+    return by_fraction
+
+
+def print_codec(codec: str, runs: dict, wanted: int, by_fraction: dict) -> None:
+    print(f"\n{codec}:")
+    for key, r in runs.items():
+        name = f"({key}) {PEERS[key]}"
+        if "not_run" in r:
+            print(f"  {name:<34} not run: {r['not_run']}")
+        else:
+            mode = f"  [{r['mode']}]" if "mode" in r else ""
+            print(f"  {name:<34} {r['rows'] / r['seconds']:>11,.0f} samples/s  ({r['rows']:,} rows, "
+                  f"{r['seconds']:.2f}s){mode}")  # fmt: skip
+    rate = {k: v["rows"] / v["seconds"] for k, v in runs.items() if "not_run" not in v}
+    ratios = [("a", "b"), ("a", "b2"), ("a2", "b2"), ("a", "c"), ("a", "d")]
+    print("  " + "   ".join(f"({x})/({y}) = {rate[x] / rate[y]:.2f}x" if y in rate else f"({x})/({y}) = n/a"
+                            for x, y in ratios))  # fmt: skip
+    print(f"  bytes read by (a): {runs['a']['bytes']:,} = {runs['a']['bytes'] / wanted:.3f}x the "
+          f"requested columns' {wanted:,} compressed bytes")  # fmt: skip
+    for fraction, (features, pair) in by_fraction.items():
+        a, b = (pair[k]["rows"] / pair[k]["seconds"] for k in ("a", "b"))
+        print(f"  {fraction:>5.0%} of the features ({features}): (a) {a:,.0f} samples/s, (b) {b:,.0f} samples/s, "
+              f"(a)/(b) = {a / b:.2f}x  [{pair['a']['mode']}]")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -339,43 +397,11 @@ def main(argv: list[str] | None = None) -> int:
         path = ns.out / f"bench_{ns.rows}_{ns.dense}_{ns.sparse}_{ns.mean_length}_{codec}"
         build_table(path, rows=ns.rows, dense=ns.dense, sparse=ns.sparse, mean_length=ns.mean_length, codec=codec)
         files_of(path)  # warm the imports (deltalake, pandas) outside every timing
-        peers = {
-            "a": partial(run_reader, path, reg, dense, sparse, ns.batch_size, workers=0),
-            "a2": partial(run_reader, path, reg, dense, sparse, ns.batch_size, workers=2),
-            "b": partial(run_pyarrow, path, dense, sparse, all_columns=False, threads=False),
-            "b2": partial(run_pyarrow, path, dense, sparse, all_columns=False, threads=True),
-            "c": partial(run_pyarrow, path, dense, sparse, all_columns=True, threads=False),
-            "d": partial(run_petastorm, ns.petastorm_python, path, dense, sparse, ns.batch_size),
-        }
-        runs = alternating_medians(peers, ns.repeat)
-        by_fraction = {}
-        for fraction in (float(f) for f in ns.fractions.split(",")):
-            fd, fs = job_columns(reg, fraction)
-            by_fraction[fraction] = (len(fd) + len(fs), alternating_medians({
-                "a": partial(run_reader, path, reg, fd, fs, ns.batch_size, workers=0),
-                "b": partial(run_pyarrow, path, fd, fs, all_columns=False, threads=False),
-            }, ns.repeat))  # fmt: skip
+        runs = alternating_medians(script_peers(path, reg, dense, sparse, ns), ns.repeat)
+        by_fraction = fraction_pairs(path, reg, ns)
         results.append((codec, runs, requested_bytes(path, [*dense, *sparse]), by_fraction))
     for codec, runs, wanted, by_fraction in results:
-        print(f"\n{codec}:")
-        for key, r in runs.items():
-            name = f"({key}) {PEERS[key]}"
-            if "not_run" in r:
-                print(f"  {name:<34} not run: {r['not_run']}")
-            else:
-                mode = f"  [{r['mode']}]" if "mode" in r else ""
-                print(f"  {name:<34} {r['rows'] / r['seconds']:>11,.0f} samples/s  ({r['rows']:,} rows, "
-                      f"{r['seconds']:.2f}s){mode}")  # fmt: skip
-        rate = {k: v["rows"] / v["seconds"] for k, v in runs.items() if "not_run" not in v}
-        ratios = [("a", "b"), ("a", "b2"), ("a2", "b2"), ("a", "c"), ("a", "d")]
-        print("  " + "   ".join(f"({x})/({y}) = {rate[x] / rate[y]:.2f}x" if y in rate else f"({x})/({y}) = n/a"
-                                for x, y in ratios))  # fmt: skip
-        print(f"  bytes read by (a): {runs['a']['bytes']:,} = {runs['a']['bytes'] / wanted:.3f}x the "
-              f"requested columns' {wanted:,} compressed bytes")  # fmt: skip
-        for fraction, (features, pair) in by_fraction.items():
-            a, b = (pair[k]["rows"] / pair[k]["seconds"] for k in ("a", "b"))
-            print(f"  {fraction:>5.0%} of the features ({features}): (a) {a:,.0f} samples/s, (b) {b:,.0f} samples/s, "
-                  f"(a)/(b) = {a / b:.2f}x  [{pair['a']['mode']}]")  # fmt: skip
+        print_codec(codec, runs, wanted, by_fraction)
     return 0
 
 

@@ -22,22 +22,22 @@ def section_text(name: str, figures: dict) -> str:
     if "failed" in figures:
         return f"{name}: FAILED: {figures['failed']}"
     if name == "etl":
-        import label_join
+        from bench import label_join
 
         return label_join.report(figures)
     if name == "reader":
-        import reader
+        from bench import reader
 
         return reader.section_report(figures)
     if name == "stall":
-        import dpp
+        from bench import dpp
 
         return dpp.section_report(figures)
     if name == "commits":
-        import commits
+        from bench import commits
 
         return commits.report(figures)
-    import column_order
+    from bench import column_order
 
     return column_order.report(figures)
 

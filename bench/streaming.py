@@ -1,8 +1,8 @@
 """Streaming label join: throughput against the batch job, and freshness from Kafka, in one run.
 
-    .venv/bin/python bench/streaming.py                                    # the defaults: a few minutes
-    .venv/bin/python bench/streaming.py --impressions 20000 --runs 3       # more data per day
-    .venv/bin/python bench/streaming.py --skip throughput --rate 1000 --seconds 120
+    .venv/bin/python -m bench.streaming                                    # the defaults: a few minutes
+    .venv/bin/python -m bench.streaming --impressions 20000 --runs 3       # more data per day
+    .venv/bin/python -m bench.streaming --skip throughput --rate 1000 --seconds 120
 
 Both parts use the demo's ``ads`` registry as shipped (labels click 1h and conversion 3d: the
 longest window is 3 days) and logs written by ``featurehouse generate`` (``--impressions`` per
@@ -64,10 +64,6 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 DS = dt.date(2026, 11, 1)
 DATASET = "ads"
@@ -217,57 +213,80 @@ def timed_publisher(spark, config, spent: list[float]):
     return timed
 
 
-def throughput(spark, listener, home: Path, impressions: int, runs: int) -> dict:
-    from etl import label_join
+def throughput_logs(home: Path, impressions: int) -> Path:
+    """:data:`THROUGHPUT_DAYS` generated days of ``impressions`` (kept under ``home``): their landing zone."""
     from etl.generate import job as generate
-    from etl.stream import job as stream
-    from etl.records.landing import label_days
-    from etl.stream.tables import StreamTables
-    from schemas.registry import load_dataset
 
-    registry = load_dataset(DATASET)
     data = home / f"logs_{impressions}"
     if not (data / "landing").exists():
         began = time.perf_counter()
         generate.run(generate.GenerateConfig(home=data, dataset=DATASET, days=THROUGHPUT_DAYS,
                                              impressions_per_day=impressions, start=DS))  # fmt: skip
         say(f"generated {THROUGHPUT_DAYS} days of {impressions:,} impressions in {time.perf_counter() - began:.1f}s")
-    landing = data / "landing"
-    day_folders = [landing / "impressions" / f"ds={DS}"] + [
-        landing / "labels" / f"ds={d}" for d in label_days(DS, registry.max_window)]  # fmt: skip
-    batch_records = count_lines([f for f in day_folders if f.exists()])
-    all_records = count_lines([landing])
-    say(f"landing {landing}: {all_records:,} records in all; day 1 and its label days: {batch_records:,}")
+    return data / "landing"
 
-    def batch(round_: int, t: Timings) -> None:
-        config = label_join.LabelJoinConfig(dataset=DATASET, ds=DS, home=home / "batch", landing=str(landing))
+
+class BatchLabelJoin:
+    """(a) ``etl.label_join.run`` of day 1 on the landing zone; it reads ``records`` records."""
+
+    def __init__(self, spark, home: Path, landing: Path, records: int) -> None:
+        self.spark, self.home, self.landing, self.records = spark, home, landing, records
+
+    def __call__(self, round_: int, t: Timings) -> None:
+        from etl import label_join
+
+        config = label_join.LabelJoinConfig(dataset=DATASET, ds=DS, home=self.home / "batch", landing=str(self.landing))
         began = time.perf_counter()
-        summary = label_join.run(spark, config)
+        summary = label_join.run(self.spark, config)
         seconds = time.perf_counter() - began
         t.seconds.append(seconds)
-        t.records.append(batch_records)
+        t.records.append(self.records)
         t.notes.append(f"{summary.impressions_read:,} impressions read, {summary.rows_out:,} rows, "
                        f"published {summary.published}")  # fmt: skip
 
-    def streamed(round_: int, t: Timings) -> None:
-        run_home = home / "stream" / f"round{round_}"
+
+class AvailableNowFileStream:
+    """(b) ``etl.stream.job.run`` over the landing zone's files, available-now, publishing in this process, from a
+    fresh home each round; its micro-batches' progress and the writer's parts kept for the report."""
+
+    def __init__(self, spark, listener, home: Path, landing: Path) -> None:
+        self.spark, self.listener, self.home, self.landing = spark, listener, home, landing
+
+    def __call__(self, round_: int, t: Timings) -> None:
+        from etl.stream import job as stream
+        from etl.stream.tables import StreamTables
+
+        run_home = self.home / "stream" / f"round{round_}"
         shutil.rmtree(run_home, ignore_errors=True)
         spent: list[float] = []
-        config = stream.StreamConfig(dataset=DATASET, home=run_home, landing=str(landing))
+        config = stream.StreamConfig(dataset=DATASET, home=run_home, landing=str(self.landing))
         WRITER.clear()
         began = time.perf_counter()
-        summary = stream.run(spark, config, publisher=timed_publisher(spark, config, spent))
+        summary = stream.run(self.spark, config, publisher=timed_publisher(self.spark, config, spent))
         seconds = time.perf_counter() - began
         query_id = StreamTables(run_home, DATASET).query_id()
         t.seconds.append(seconds)
         t.records.append(summary.records)
         t.publish_s.append(sum(spent))
-        t.profiles.append(listener.batches(query_id, wait_for=summary.batches))
+        t.profiles.append(self.listener.batches(query_id, wait_for=summary.batches))
         t.writers.append({k: dict(v) for k, v in WRITER.items()})
         t.notes.append(f"{summary.batches} micro-batches, {summary.records:,} records, {summary.rows_out:,} rows "
                        f"staged, published {', '.join(summary.published) or 'nothing'}, publish {sum(spent):.1f}s")
 
-    contenders = {"(a) batch label-join, day 1": batch, "(b) stream, files, available-now": streamed}
+
+def throughput(spark, listener, home: Path, impressions: int, runs: int) -> dict:
+    from etl.records.landing import label_days
+    from schemas.registry import load_dataset
+
+    registry = load_dataset(DATASET)
+    landing = throughput_logs(home, impressions)
+    day_folders = [landing / "impressions" / f"ds={DS}"] + [
+        landing / "labels" / f"ds={d}" for d in label_days(DS, registry.max_window)]  # fmt: skip
+    batch_records = count_lines([f for f in day_folders if f.exists()])
+    all_records = count_lines([landing])
+    say(f"landing {landing}: {all_records:,} records in all; day 1 and its label days: {batch_records:,}")
+    contenders = {"(a) batch label-join, day 1": BatchLabelJoin(spark, home, landing, batch_records),
+                  "(b) stream, files, available-now": AvailableNowFileStream(spark, listener, home, landing)}
     timings = {name: Timings() for name in contenders}
     names = list(contenders)
     for round_ in range(runs + 1):
@@ -332,23 +351,150 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def freshness(spark, listener, home: Path, impressions: int, rate: float, seconds: float, interval: int,
-              timeout_s: float) -> dict:  # fmt: skip
-    from pyspark.sql import functions as F
+class KafkaFreshnessRun:
+    """Part 2's moving parts around ``stream.run`` on Kafka in this process: a producer thread sending generated days
+    at ``rate`` lines/s, started once the query runs, and a watcher thread that SIGINTs this process (the stream's
+    own stop: after its current micro-batch) once the query has reached the topics' ends, or has timed out.
+    What they learn goes into ``out``: the query's id, the topics' ends, how long after the producer it caught up."""
 
+    def __init__(self, spark, bootstrap: str, topics: list[str], data: Path, days: int, rate: float,
+                 timeout_s: float, out: dict) -> None:  # fmt: skip
+        from etl.kafka import produce
+
+        self.spark, self.bootstrap, self.topics, self.out, self.produce = spark, bootstrap, topics, out, produce
+        self.data, self.days, self.rate, self.timeout_s = data, days, rate, timeout_s
+        self.produced: dict = {}
+        self.stopper_log: list[str] = []
+        self.streaming = threading.Event()  # set while stream.run runs: only then is a SIGINT the stream's to handle
+
+    def producer(self) -> None:
+        produce = self.produce
+        try:
+            self.produced["began"] = time.time()
+            self.produced["summary"] = produce.run(produce.ProduceConfig(
+                home=self.data, dataset=DATASET, start=DS, bootstrap=self.bootstrap, days=self.days, rate=self.rate))
+        except BaseException as err:  # noqa: BLE001 (reported by the stopper)
+            self.produced["error"] = err
+        finally:
+            self.produced["ended"] = time.time()
+
+    def interrupt(self) -> None:
+        if self.streaming.is_set():
+            os.kill(os.getpid(), signal.SIGINT)  # the stream's handler: stop after the current micro-batch
+
+    def stopper(self) -> None:
+        try:
+            self.watch()
+        except Exception as err:  # noqa: BLE001 (the stream must not run on forever)
+            self.stopper_log.append(f"the bench's watcher failed: {err!r}")
+            self.interrupt()
+
+    def running_query(self):
+        """The stream's query once its sources are initialised; None if it never started (within 180 s)."""
+        deadline = time.monotonic() + 180
+        query = None
+        while query is None or query.status["message"] == "Initializing sources":
+            query = next(iter(self.spark.streams.active), None)
+            if time.monotonic() > deadline or not self.streaming.is_set():
+                return None
+            time.sleep(0.2)
+        return query
+
+    def wait_caught_up(self, query, ends: dict[str, int]) -> None:
+        """Until the query's offsets reach ``ends`` (or ``timeout_s`` after the producer ended, or the query stops)."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            last = query.lastProgress
+            done = processed_offsets(last) if last else {}
+            if all(done.get(t, -1) >= end for t, end in ends.items()):
+                self.out["caught_up_after_s"] = time.time() - self.produced["ended"]
+                return
+            if time.monotonic() > deadline or not query.isActive:
+                self.stopper_log.append(f"not caught up {self.timeout_s:g}s after the producer ended: processed "
+                                        f"{done}, topic ends {ends}")  # fmt: skip
+                return
+            time.sleep(0.5)
+
+    def watch(self) -> None:
+        """Start the producer once the query runs; SIGINT this process once it has caught up (or timed out)."""
+        query = self.running_query()
+        if query is None:
+            self.stopper_log.append("the query never started")
+            self.interrupt()
+            return
+        self.out["query_id"] = str(query.id)
+        send = threading.Thread(target=self.producer, name="producer", daemon=True)
+        send.start()
+        send.join()
+        if "error" in self.produced:
+            self.stopper_log.append(f"the producer failed: {self.produced['error']!r}")
+            self.interrupt()
+            return
+        ends = end_offsets(self.bootstrap, self.topics)
+        self.out["ends"] = ends
+        self.wait_caught_up(query, ends)
+        if query.isActive:
+            self.interrupt()
+
+    @staticmethod
+    def progress(message: str) -> None:
+        say(f"    {message}")
+
+    def run(self, config):
+        """``stream.run`` with the watcher beside it; its summary, once the watcher is done (30 s at most)."""
+        from etl.stream import job as stream
+
+        watcher = threading.Thread(target=self.stopper, name="stopper", daemon=True)
+        WRITER.clear()
+        self.streaming.set()
+        watcher.start()
+        began = time.time()
+        try:
+            summary = stream.run(self.spark, config, progress=self.progress)
+        finally:
+            self.streaming.clear()
+        self.out["stream_s"] = time.time() - began
+        watcher.join(30)
+        for line in self.stopper_log:
+            say(f"  NOTE: {line}")
+        return summary
+
+
+def kafka_logs(home: Path, impressions: int, days: int) -> Path:
+    """``days`` generated days of ``impressions`` (kept under ``home``), for the producer to send."""
     from etl.generate import job as generate
-    from etl.kafka import produce
-    from etl.stream import job as stream
-    from etl.kafka.broker import local_broker
-    from etl.records.landing import Stream
-    from etl.stream.tables import StreamTables
 
-    # enough generated days for --seconds at --rate (about 1.04 lines per impression)
-    days = max(1, math.ceil(rate * seconds / (impressions * 1.04)))
     data = home / f"kafka_logs_{impressions}_{days}"
     if not (data / "landing").exists():
         generate.run(generate.GenerateConfig(home=data, dataset=DATASET, days=days, impressions_per_day=impressions,
                                              start=DS))  # fmt: skip
+    return data
+
+
+def kafka_append_times(spark, bootstrap: str, topics: list[str]):
+    """Kafka append time of every record, by (kafka:<topic>/<partition>, offset), read back with Spark (cached)."""
+    from pyspark.sql import functions as F
+
+    kafka = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", ",".join(topics)).option("startingOffsets", "earliest")
+             .option("endingOffsets", "latest").load()
+             .select(F.concat(F.lit("kafka:"), "topic", F.lit("/"), F.col("partition").cast("string")).alias("k_file"),
+                     F.col("offset").alias("k_offset"), (F.unix_micros("timestamp") / 1e6).alias("k_time"))
+             .cache())  # fmt: skip
+    kafka.count()
+    return kafka
+
+
+def freshness(spark, listener, home: Path, impressions: int, rate: float, seconds: float, interval: int,
+              timeout_s: float) -> dict:  # fmt: skip
+    from etl.kafka.broker import local_broker
+    from etl.records.landing import Stream
+    from etl.stream import job as stream
+    from etl.stream.tables import StreamTables
+
+    # enough generated days for --seconds at --rate (about 1.04 lines per impression)
+    days = max(1, math.ceil(rate * seconds / (impressions * 1.04)))
+    data = kafka_logs(home, impressions, days)
     run_home = home / "kafka_stream"
     shutil.rmtree(run_home, ignore_errors=True)
     tables = StreamTables(run_home, DATASET)
@@ -361,105 +507,17 @@ def freshness(spark, listener, home: Path, impressions: int, rate: float, second
         create_append_time_topics(broker.bootstrap, topics)
         say(f"broker {broker.bootstrap}; topics {', '.join(topics)} (LogAppendTime); sending {days} days of "
             f"{impressions:,} impressions at {rate:g} lines/s")  # fmt: skip
-        produced: dict = {}
-        stopper_log: list[str] = []
-
-        def producer() -> None:
-            try:
-                produced["began"] = time.time()
-                produced["summary"] = produce.run(produce.ProduceConfig(
-                    home=data, dataset=DATASET, start=DS, bootstrap=broker.bootstrap, days=days, rate=rate))
-            except BaseException as err:  # noqa: BLE001 (reported by the stopper)
-                produced["error"] = err
-            finally:
-                produced["ended"] = time.time()
-
-        streaming = threading.Event()  # set while stream.run runs: only then is a SIGINT the stream's to handle
-
-        def interrupt() -> None:
-            if streaming.is_set():
-                os.kill(os.getpid(), signal.SIGINT)  # the stream's handler: stop after the current micro-batch
-
-        def stopper() -> None:
-            try:
-                watch()
-            except Exception as err:  # noqa: BLE001 (the stream must not run on forever)
-                stopper_log.append(f"the bench's watcher failed: {err!r}")
-                interrupt()
-
-        def watch() -> None:
-            """Start the producer once the query runs; SIGINT this process once it has caught up (or timed out)."""
-            deadline = time.monotonic() + 180
-            query = None
-            while query is None or query.status["message"] == "Initializing sources":
-                query = next(iter(spark.streams.active), None)
-                if time.monotonic() > deadline or not streaming.is_set():
-                    stopper_log.append("the query never started")
-                    interrupt()
-                    return
-                time.sleep(0.2)
-            out["query_id"] = str(query.id)
-            send = threading.Thread(target=producer, name="producer", daemon=True)
-            send.start()
-            send.join()
-            if "error" in produced:
-                stopper_log.append(f"the producer failed: {produced['error']!r}")
-                interrupt()
-                return
-            ends = end_offsets(broker.bootstrap, topics)
-            out["ends"] = ends
-            deadline = time.monotonic() + timeout_s
-            while True:
-                last = query.lastProgress
-                done = processed_offsets(last) if last else {}
-                if all(done.get(t, -1) >= end for t, end in ends.items()):
-                    out["caught_up_after_s"] = time.time() - produced["ended"]
-                    break
-                if time.monotonic() > deadline or not query.isActive:
-                    stopper_log.append(f"not caught up {timeout_s:g}s after the producer ended: processed {done}, "
-                                       f"topic ends {ends}")  # fmt: skip
-                    break
-                time.sleep(0.5)
-            if query.isActive:
-                interrupt()
-
-        lines: list[str] = []
-
-        def progress(message: str) -> None:
-            lines.append(message)
-            say(f"    {message}")
-
-        watcher = threading.Thread(target=stopper, name="stopper", daemon=True)
-        WRITER.clear()
-        streaming.set()
-        watcher.start()
-        began = time.time()
-        try:
-            summary = stream.run(spark, config, progress=progress)
-        finally:
-            streaming.clear()
-        out["stream_s"] = time.time() - began
-        watcher.join(30)
-        for line in stopper_log:
-            say(f"  NOTE: {line}")
-        if "summary" not in produced:
-            raise RuntimeError(f"the producer did not finish: {produced.get('error')!r}")
-        sent = produced["summary"]
+        run = KafkaFreshnessRun(spark, broker.bootstrap, topics, data, days, rate, timeout_s, out)
+        summary = run.run(config)
+        if "summary" not in run.produced:
+            raise RuntimeError(f"the producer did not finish: {run.produced.get('error')!r}")
+        sent = run.produced["summary"]
         out["sent"] = sent.lines
         out["send_s"] = sent.elapsed_s
         out["summary"] = summary
         out["profile"] = listener.batches(out.get("query_id", ""), wait_for=summary.batches)
         out["writer"] = {k: dict(v) for k, v in WRITER.items()}
-
-        # Kafka append time of every record, by (kafka:<topic>/<partition>, offset)
-        kafka = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
-                 .option("subscribe", ",".join(topics)).option("startingOffsets", "earliest")
-                 .option("endingOffsets", "latest").load()
-                 .select(F.concat(F.lit("kafka:"), "topic", F.lit("/"), F.col("partition").cast("string")).alias("k_file"),
-                         F.col("offset").alias("k_offset"), (F.unix_micros("timestamp") / 1e6).alias("k_time"))
-                 .cache())  # fmt: skip
-        kafka.count()
-        return _freshness_figures(spark, tables, kafka, out)
+        return _freshness_figures(spark, tables, kafka_append_times(spark, broker.bootstrap, topics), out)
 
 
 def _freshness_figures(spark, tables, kafka, out: dict) -> dict:
@@ -506,68 +564,78 @@ def report(tp: dict | None, fr: dict | None, ns: argparse.Namespace) -> None:
     say(f"session: local[2], spark.sql.shuffle.partitions={ns.shuffle_partitions}, registry {DATASET} "
         "(longest window 3d), watermark delay 1h")  # fmt: skip
     if tp is not None:
-        t = tp["timings"]
-        a, b = t["(a) batch label-join, day 1"], t["(b) stream, files, available-now"]
-        say(f"\n1. throughput: {THROUGHPUT_DAYS} generated days of {tp['impressions']:,} impressions, "
-            f"{len(a.seconds)} runs each after a warm-up (median [min..max])")  # fmt: skip
-        say(f"{'':36} {'records read':>12} {'seconds':>22} {'records/s':>10}")
-        for name, x in t.items():
-            spread = f"{x.median():6.1f} [{min(x.seconds):5.1f}..{max(x.seconds):5.1f}]"
-            say(f"{name:36} {statistics.median(x.records):>12,.0f} {spread:>22} {x.rate():>10,.0f}")
-        say(f"stream/batch records/s: {b.rate() / a.rate():.2f}x   (stream/batch seconds: "
-            f"{b.median() / a.median():.2f}x for {statistics.median(b.records) / statistics.median(a.records):.1f}x "
-            "the records)")  # fmt: skip
-        say(f"  (a) reads day 1's impressions + its label days (1-4); (b) every file of the landing zone; "
-            f"(b)'s time includes its in-process publish of day 1: median {statistics.median(b.publish_s):.1f}s")
-        median_run = sorted(range(len(b.seconds)), key=lambda i: b.seconds[i])[len(b.seconds) // 2]
-        say("  (b) micro-batches of its median run: durationMs (s) | addBatch's writer by part (s); rows in = files")
-        for line in profile_lines(b.profiles[median_run], b.writers[median_run]):
-            say(line)
+        report_throughput(tp)
     if fr is not None:
-        s = fr["summary"]
-        m, u = fr["matched"], fr["unmatched"]
-        say(f"\n2. freshness: Kafka, continuous, interval {fr['interval']}s, {fr['days']} generated days of "
-            f"{ns.impressions:,} impressions sent at --rate {ns.rate:g}")  # fmt: skip
-        say(f"  rate achieved            {fr['sent'] / fr['send_s']:,.0f} lines/s ({fr['sent']:,} lines in "
-            f"{fr['send_s']:.1f}s)")  # fmt: skip
-        say(f"  stream                   {s.batches} micro-batches, {s.records:,} records in, {s.rows_out:,} rows "
-            f"staged in {fr['commits']} commits; caught up {fr.get('caught_up_after_s', float('nan')):.1f}s after "
-            f"the producer ended; stopped by {s.stopped_by}")  # fmt: skip
-        say(f"  freshness, matched rows  median {statistics.median(m) if m else float('nan'):.1f}s, "
-            f"p95 {percentile(m, 0.95):.1f}s, max {max(m, default=float('nan')):.1f}s over {len(m):,} rows "
-            f"(label appended last in {fr['label_last']:,})")  # fmt: skip
-        say(f"  unmatched impressions    {len(u):,} rows, emitted when the watermark passed their 3d window: "
-            f"median {statistics.median(u) if u else float('nan'):.1f}s after the impression's append "
-            "(replay speed, not freshness; excluded above)")  # fmt: skip
-        if fr["unresolved"]:
-            say(f"  NOTE: {fr['unresolved']:,} staged rows had no commit time or Kafka record")
-        say(f"  (visible = the staging commit's _delta_log file mtime; DESCRIBE HISTORY differs from it by at "
-            f"most {fr['history_vs_mtime_s']:.3f}s)")
-        st = fr["state"]
-        if st:
-            rows_max = max(r.state_rows for r in st)
-            mem_max = max(r.state_memory_bytes for r in st)
-            say(f"  join state               max {rows_max:,} rows / {mem_max / 2**20:.1f} MiB; last micro-batch "
-                f"{st[-1].state_rows:,} rows / {st[-1].state_memory_bytes / 2**20:.1f} MiB (3 days + 1h of event "
-                f"time at {ns.impressions:,} impressions/day, replayed fast)")  # fmt: skip
-        batches = fr["profile"]
-        with_data = [b for b in batches if b["numInputRows"] > 0]
-        scanned = sum(b["numInputRows"] for b in batches)
-        say(f"  source rows scanned      {scanned:,} (Spark's numInputRows) for {s.records:,} records: "
-            f"{scanned / max(s.records, 1):.1f} scans of each record per micro-batch")  # fmt: skip
-        if with_data:
-            say("  micro-batches with input, median [max] seconds: " + ", ".join(
-                f"{p} {statistics.median(b['durationMs'].get(p, 0) for b in with_data) / 1000:.2f} "
-                f"[{max(b['durationMs'].get(p, 0) for b in with_data) / 1000:.2f}]"
-                for p in PARTS))  # fmt: skip
-            parts = [writer_parts(b["batchId"], fr["writer"]) for b in with_data]
-            say("  their addBatch's writer, median [max] seconds: " + ", ".join(
-                f"{p} {statistics.median(w.get(p, 0.0) for w in parts):.2f} [{max(w.get(p, 0.0) for w in parts):.2f}]"
-                for p in WRITER_PARTS))  # fmt: skip
-        say("  every micro-batch: durationMs (s) | addBatch's writer by part (s)")
-        for line in profile_lines(batches, fr["writer"]):
-            say(line)
+        report_freshness(fr, ns)
     say("=" * 100)
+
+
+def report_throughput(tp: dict) -> None:
+    """Part 1's figures: each contender's records/s, the ratio, the stream's micro-batches of its median run."""
+    t = tp["timings"]
+    a, b = t["(a) batch label-join, day 1"], t["(b) stream, files, available-now"]
+    say(f"\n1. throughput: {THROUGHPUT_DAYS} generated days of {tp['impressions']:,} impressions, "
+        f"{len(a.seconds)} runs each after a warm-up (median [min..max])")  # fmt: skip
+    say(f"{'':36} {'records read':>12} {'seconds':>22} {'records/s':>10}")
+    for name, x in t.items():
+        spread = f"{x.median():6.1f} [{min(x.seconds):5.1f}..{max(x.seconds):5.1f}]"
+        say(f"{name:36} {statistics.median(x.records):>12,.0f} {spread:>22} {x.rate():>10,.0f}")
+    say(f"stream/batch records/s: {b.rate() / a.rate():.2f}x   (stream/batch seconds: "
+        f"{b.median() / a.median():.2f}x for {statistics.median(b.records) / statistics.median(a.records):.1f}x "
+        "the records)")  # fmt: skip
+    say(f"  (a) reads day 1's impressions + its label days (1-4); (b) every file of the landing zone; "
+        f"(b)'s time includes its in-process publish of day 1: median {statistics.median(b.publish_s):.1f}s")
+    median_run = sorted(range(len(b.seconds)), key=lambda i: b.seconds[i])[len(b.seconds) // 2]
+    say("  (b) micro-batches of its median run: durationMs (s) | addBatch's writer by part (s); rows in = files")
+    for line in profile_lines(b.profiles[median_run], b.writers[median_run]):
+        say(line)
+
+
+def report_freshness(fr: dict, ns: argparse.Namespace) -> None:
+    """Part 2's figures: rate, freshness of matched rows, unmatched ones apart, join state, micro-batches."""
+    s = fr["summary"]
+    m, u = fr["matched"], fr["unmatched"]
+    say(f"\n2. freshness: Kafka, continuous, interval {fr['interval']}s, {fr['days']} generated days of "
+        f"{ns.impressions:,} impressions sent at --rate {ns.rate:g}")  # fmt: skip
+    say(f"  rate achieved            {fr['sent'] / fr['send_s']:,.0f} lines/s ({fr['sent']:,} lines in "
+        f"{fr['send_s']:.1f}s)")  # fmt: skip
+    say(f"  stream                   {s.batches} micro-batches, {s.records:,} records in, {s.rows_out:,} rows "
+        f"staged in {fr['commits']} commits; caught up {fr.get('caught_up_after_s', float('nan')):.1f}s after "
+        f"the producer ended; stopped by {s.stopped_by}")  # fmt: skip
+    say(f"  freshness, matched rows  median {statistics.median(m) if m else float('nan'):.1f}s, "
+        f"p95 {percentile(m, 0.95):.1f}s, max {max(m, default=float('nan')):.1f}s over {len(m):,} rows "
+        f"(label appended last in {fr['label_last']:,})")  # fmt: skip
+    say(f"  unmatched impressions    {len(u):,} rows, emitted when the watermark passed their 3d window: "
+        f"median {statistics.median(u) if u else float('nan'):.1f}s after the impression's append "
+        "(replay speed, not freshness; excluded above)")  # fmt: skip
+    if fr["unresolved"]:
+        say(f"  NOTE: {fr['unresolved']:,} staged rows had no commit time or Kafka record")
+    say(f"  (visible = the staging commit's _delta_log file mtime; DESCRIBE HISTORY differs from it by at "
+        f"most {fr['history_vs_mtime_s']:.3f}s)")
+    st = fr["state"]
+    if st:
+        rows_max = max(r.state_rows for r in st)
+        mem_max = max(r.state_memory_bytes for r in st)
+        say(f"  join state               max {rows_max:,} rows / {mem_max / 2**20:.1f} MiB; last micro-batch "
+            f"{st[-1].state_rows:,} rows / {st[-1].state_memory_bytes / 2**20:.1f} MiB (3 days + 1h of event "
+            f"time at {ns.impressions:,} impressions/day, replayed fast)")  # fmt: skip
+    batches = fr["profile"]
+    with_data = [b for b in batches if b["numInputRows"] > 0]
+    scanned = sum(b["numInputRows"] for b in batches)
+    say(f"  source rows scanned      {scanned:,} (Spark's numInputRows) for {s.records:,} records: "
+        f"{scanned / max(s.records, 1):.1f} scans of each record per micro-batch")  # fmt: skip
+    if with_data:
+        say("  micro-batches with input, median [max] seconds: " + ", ".join(
+            f"{p} {statistics.median(b['durationMs'].get(p, 0) for b in with_data) / 1000:.2f} "
+            f"[{max(b['durationMs'].get(p, 0) for b in with_data) / 1000:.2f}]"
+            for p in PARTS))  # fmt: skip
+        parts = [writer_parts(b["batchId"], fr["writer"]) for b in with_data]
+        say("  their addBatch's writer, median [max] seconds: " + ", ".join(
+            f"{p} {statistics.median(w.get(p, 0.0) for w in parts):.2f} [{max(w.get(p, 0.0) for w in parts):.2f}]"
+            for p in WRITER_PARTS))  # fmt: skip
+    say("  every micro-batch: durationMs (s) | addBatch's writer by part (s)")
+    for line in profile_lines(batches, fr["writer"]):
+        say(line)
 
 
 def main() -> None:

@@ -33,8 +33,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
 SECTIONS = ("etl", "reader", "stall", "commits", "column_order")
 
@@ -61,30 +59,30 @@ def run_section(name: str, params: dict, work: Path, runs: int) -> dict:
     """One section in this process: its figures."""
     work.mkdir(parents=True, exist_ok=True)
     if name == "etl":
-        import label_join
+        from bench import label_join
 
         return label_join.section(work / "etl", sizes=tuple(params["sizes"]), runs=runs, startup_too=params["startup_too"])
     if name == "reader":
-        import reader
+        from bench import reader
 
         return reader.section(work / "tables", rows=params["rows"], runs=runs,
                               petastorm_python=params.get("petastorm_python"))  # fmt: skip
     if name == "stall":
-        import dpp
+        from bench import dpp
 
         return dpp.section(work / "tables", rows=params["rows"], steps=params["steps"], runs=runs,
                            local_workers=tuple(params["local_workers"]), dpp_workers=tuple(params["dpp_workers"]))
     if name == "commits":
         import shutil
 
-        import commits
+        from bench import commits
 
         shutil.rmtree(work / "commits", ignore_errors=True)  # the table's history is the thing measured: fresh
         (work / "commits").mkdir(parents=True)
         return commits.section(work / "commits", commit_counts=tuple(params["commit_counts"]), rows=params["rows"],
                                runs=runs)  # fmt: skip
     if name == "column_order":
-        import column_order
+        from bench import column_order
 
         return column_order.section(work / "column_order", rows=params["rows"], runs=runs)
     raise ValueError(f"unknown section {name!r}; the sections are {', '.join(SECTIONS)}")
@@ -111,7 +109,7 @@ def machine() -> dict:
 
 def child(name: str, params: dict, answer: Path, ns: argparse.Namespace) -> tuple[int, str]:
     """Run one section in a fresh process; pass its progress lines on as they come; (exit status, its last lines)."""
-    command = [sys.executable, __file__, "--section", name, "--params", json.dumps(params), "--json", str(answer),
+    command = [sys.executable, "-m", "bench.suite", "--section", name, "--params", json.dumps(params), "--json", str(answer),
                "--work", str(ns.work), "--runs", str(ns.runs)]  # fmt: skip
     tail: list[str] = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO) as proc:
@@ -130,7 +128,7 @@ def petastorm_python(given: str | None) -> str | None:
     return str(default) if default.exists() else None
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="featurehouse bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))  # fmt: skip
@@ -148,25 +146,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--section", default=None, help=argparse.SUPPRESS)  # internal: run one section here
     parser.add_argument("--params", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)
-    ns = parser.parse_args(argv)
-    if ns.runs < 3:
-        parser.error(f"--runs {ns.runs}: every figure is the median of at least 3 runs after a warm-up; pass 3 or more")
-    if ns.section:  # the child process of one section
-        result = run_section(ns.section, json.loads(ns.params), ns.work, ns.runs)
-        ns.json.write_text(json.dumps(result, indent=1))
-        return 0
+    return parser
 
-    import report
 
-    report.check_plotting()  # before any minute is spent: matplotlib is needed at the end
-    if ns.redraw:
-        source = ns.redraw / "results.json"
-        if not source.exists():
-            parser.error(f"--redraw {ns.redraw}: no results.json there; pass a folder featurehouse bench wrote")
-        results = json.loads(source.read_text())
-        (ns.redraw / "summary.md").write_text(report.markdown(results, report.plots(results, ns.redraw)))
-        print(ns.redraw / "summary.md")
-        return 0
+def redraw(folder: Path, parser: argparse.ArgumentParser) -> int:
+    """The plots and summary.md of ``folder`` again, from its results.json."""
+    from bench import report
+
+    source = folder / "results.json"
+    if not source.exists():
+        parser.error(f"--redraw {folder}: no results.json there; pass a folder featurehouse bench wrote")
+    results = json.loads(source.read_text())
+    (folder / "summary.md").write_text(report.markdown(results, report.plots(results, folder)))
+    print(folder / "summary.md")
+    return 0
+
+
+def run_one(number: int, name: str, params: dict, results: dict, began: float, count: int,
+            ns: argparse.Namespace) -> bool:  # fmt: skip
+    """Section ``name`` in a child process, its figures (or its failure) and wall time into ``results``;
+    its progress lines as it runs. Whether it succeeded."""
+    from bench import report
+
+    print(f"featurehouse bench: section {number}/{count}: {name} {json.dumps(params)}", file=sys.stderr,
+          flush=True)  # fmt: skip
+    started = time.perf_counter()
+    with tempfile.NamedTemporaryFile(suffix=".json") as answer:
+        status, tail = child(name, params, Path(answer.name), ns)
+        text = Path(answer.name).read_text()
+    results["wall_s"][name] = time.perf_counter() - started
+    ok = bool(text) and not status
+    if not ok:
+        results["sections"][name] = {"failed": f"exit status {status}: {tail}"}
+        print(f"featurehouse bench: section {name} FAILED (exit {status}):\n{tail}", file=sys.stderr)
+    else:
+        results["sections"][name] = json.loads(text) | {"params": params}
+        print(report.section_text(name, results["sections"][name]), file=sys.stderr, flush=True)
+    print(f"featurehouse bench: section {name} took {results['wall_s'][name]:.0f}s "
+          f"({time.perf_counter() - began:.0f}s so far)", file=sys.stderr, flush=True)  # fmt: skip
+    return ok
+
+
+def run_suite(ns: argparse.Namespace) -> int:
+    """The chosen sections one after another, then results.json, the plots and summary.md."""
+    from bench import report
+
     mode = "quick" if ns.quick else "full"
     out = ns.out / (dt.date.today().isoformat() + ("-quick" if ns.quick else ""))
     out.mkdir(parents=True, exist_ok=True)
@@ -179,22 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         params = dict(PLANS[mode][name])
         if name == "reader":
             params["petastorm_python"] = petastorm_python(ns.petastorm_python)
-        print(f"featurehouse bench: section {number}/{len(chosen)}: {name} {json.dumps(params)}", file=sys.stderr,
-              flush=True)  # fmt: skip
-        started = time.perf_counter()
-        with tempfile.NamedTemporaryFile(suffix=".json") as answer:
-            status, tail = child(name, params, Path(answer.name), ns)
-            text = Path(answer.name).read_text()
-        results["wall_s"][name] = time.perf_counter() - started
-        if status or not text:
-            results["sections"][name] = {"failed": f"exit status {status}: {tail}"}
+        if not run_one(number, name, params, results, began, len(chosen), ns):
             failed.append(name)
-            print(f"featurehouse bench: section {name} FAILED (exit {status}):\n{tail}", file=sys.stderr)
-        else:
-            results["sections"][name] = json.loads(text) | {"params": params}
-            print(report.section_text(name, results["sections"][name]), file=sys.stderr, flush=True)
-        print(f"featurehouse bench: section {name} took {results['wall_s'][name]:.0f}s "
-              f"({time.perf_counter() - began:.0f}s so far)", file=sys.stderr, flush=True)  # fmt: skip
     results["wall_s"]["total"] = time.perf_counter() - began
     (out / "results.json").write_text(json.dumps(results, indent=1))
     plots = report.plots(results, out)
@@ -203,6 +213,24 @@ def main(argv: list[str] | None = None) -> int:
           f"{out / 'results.json'}, {out / 'summary.md'} and {len(plots)} plots", file=sys.stderr)  # fmt: skip
     print(out / "summary.md")
     return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser()
+    ns = args.parse_args(argv)
+    if ns.runs < 3:
+        args.error(f"--runs {ns.runs}: every figure is the median of at least 3 runs after a warm-up; pass 3 or more")
+    if ns.section:  # the child process of one section
+        result = run_section(ns.section, json.loads(ns.params), ns.work, ns.runs)
+        ns.json.write_text(json.dumps(result, indent=1))
+        return 0
+
+    from bench import report
+
+    report.check_plotting()  # before any minute is spent: matplotlib is needed at the end
+    if ns.redraw:
+        return redraw(ns.redraw, args)
+    return run_suite(ns)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Benchmark: does the trainer wait for data? DLRM steps fed by the reader with 0, 1, 2 and 4 loader
 workers, against the same steps on batches already in memory (the unstalled ceiling), in one run.
 
-    .venv/bin/python bench/trainer_stall.py                        # CPU here; CUDA when present
-    .venv/bin/python bench/trainer_stall.py --job jobs/ctr_demo.yaml --home data   # the demo's job
+    .venv/bin/python -m bench.trainer_stall                        # CPU here; CUDA when present
+    .venv/bin/python -m bench.trainer_stall --job jobs/ctr_demo.yaml --home data   # the demo's job
     bench/gpu_check.sh                                             # the GPU host's check (CUDA required)
 
 By default it uses bench/reader.py's table (built once under --out): 100 dense and 20 sparse
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,17 +30,12 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from reader import bench_dataset, build_table, job_columns, registry  # noqa: E402
-
-from ingest.loader import PREFETCH, ResumableLoader, SnapshotDataset  # noqa: E402
-from ingest.reader import open_reader  # noqa: E402
-from ingest.spec import load_spec  # noqa: E402
-from trainer.model import DLRM, ModelShape, model_shape  # noqa: E402
-from trainer.train import SPARSE_OPTIMIZERS, job_optimizer, pick_device, train_step  # noqa: E402
+from bench.reader import bench_dataset, build_table, job_columns, registry
+from ingest.loader import PREFETCH, ResumableLoader, SnapshotDataset
+from ingest.reader import open_reader
+from ingest.spec import load_spec
+from trainer.model import DLRM, ModelShape, model_shape
+from trainer.train import SPARSE_OPTIMIZERS, job_optimizer, pick_device, train_step
 
 BUCKETS = 100_000
 

@@ -1,12 +1,13 @@
 """``featurehouse bench [--quick]``: the benchmark suite (bench/suite.py), from a source checkout.
 
-The benchmarks live in the repository's ``bench/`` folder, beside this package, not in the
-installed package: they need the repository's job specs and write ``bench/results/<date>/``.
+The benchmarks live in the repository's ``bench/`` package, beside this package: they need the
+repository's job specs and write ``bench/results/<date>/``. Its sections run as
+``python -m bench.suite`` from the repository's root.
 """
 
 from __future__ import annotations
 
-import runpy
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,8 +20,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"featurehouse bench: {SUITE} is not here: the benchmarks run from a source checkout of featurehouse "
               "(git clone, then make bench)", file=sys.stderr)  # fmt: skip
         return 2
-    suite = runpy.run_path(str(SUITE), run_name="featurehouse_bench_suite")
-    return int(suite["main"](list(sys.argv[1:] if argv is None else argv)))
+    suite = importlib.import_module("bench.suite")
+    return int(suite.main(list(sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":

@@ -6,18 +6,11 @@ No timing is asserted: the figures are the benchmark's to report, not the tests'
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-
-import column_order  # noqa: E402
-import common  # noqa: E402
-
-from featurehouse import cli  # noqa: E402
+from bench import column_order, common
+from featurehouse import cli
 
 
 def test_rounds_warm_up_then_rotate_and_ratios_pair_each_round():
