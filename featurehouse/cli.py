@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="featurehouse",
         description="A Spark and Delta feature warehouse for recommendation-model training.",
-        epilog="Data lives under --home (default $FEATUREHOUSE_HOME or ./data). Spark settings: --conf key=value "
+        epilog="Data lives under --home (default $FEATUREHOUSE_HOME, else this checkout's data/). Spark settings: --conf key=value "
         "on every Spark command. Details: featurehouse COMMAND --help",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

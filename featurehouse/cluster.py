@@ -316,7 +316,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))  # fmt: skip
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--profile", default="cluster", help="the profile whose services to run (default: cluster)")
-    parser.add_argument("--home", type=Path, default=None, help="data folder (default: $FEATUREHOUSE_HOME or ./data)")
+    parser.add_argument("--home", type=Path, default=None, help="data folder (default: $FEATUREHOUSE_HOME, else this checkout's data/)")
     parser.add_argument("--postgres-dir", type=Path, default=None,
                         help="folder of PostgreSQL's data and log (default: <home>/cluster/postgres)")  # fmt: skip
     parser.add_argument("--no-thrift", action="store_true", help="up: do not start the Thrift (JDBC) server")

@@ -34,7 +34,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         "--home",
         type=Path,
         default=None,
-        help="data folder holding landing/, warehouse/ and metastore_db/ (default: $FEATUREHOUSE_HOME or ./data)",
+        help="data folder holding landing/, warehouse/ and metastore_db/ (default: $FEATUREHOUSE_HOME, else this checkout's data/)",
     )
     parser.add_argument(
         "--registry-dir",

@@ -1,7 +1,7 @@
 """The one place SparkSessions are built: Delta and Hive support, embedded by default.
 
 Embedded default: local Spark, an embedded Derby metastore and the warehouse under
-one data folder (``$FEATUREHOUSE_HOME``, default ``./data``). Every setting is a
+one data folder (``schemas.paths.default_home``). Every setting is a
 plain Spark conf and can be overridden with ``--conf k=v``, so the same code runs
 with spark-submit on a cluster against a shared metastore.
 

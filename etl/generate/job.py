@@ -204,7 +204,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the generator's flags to ``parser`` (the CLI mounts them as ``featurehouse generate``)."""
     d = GenerateConfig(home=Path("."))
     parser.add_argument("--home", type=Path, default=None,
-                        help="data folder; logs go to HOME/landing (default: $FEATUREHOUSE_HOME or ./data)")
+                        help="data folder; logs go to HOME/landing (default: $FEATUREHOUSE_HOME, else this checkout's data/)")
     parser.add_argument("--dataset", default=d.dataset, help="registry whose features to generate (default: %(default)s)")
     parser.add_argument("--registry-dir", type=Path, default=None,
                         help="folder of registry YAML files (default: schemas/datasets)")

@@ -164,7 +164,7 @@ def parse_args(argv: list[str] | None = None) -> ProduceConfig:
     parser.add_argument("--topic-prefix", default=DEFAULT_TOPIC_PREFIX, help="topics are PREFIX.DATASET.impressions and "
                         "PREFIX.DATASET.labels (default: %(default)s)")
     parser.add_argument("--home", type=Path, default=None,
-                        help="data folder; logs are read from HOME/landing (default: $FEATUREHOUSE_HOME or ./data)")
+                        help="data folder; logs are read from HOME/landing (default: $FEATUREHOUSE_HOME, else this checkout's data/)")
     ns = parser.parse_args(argv)  # fmt: skip
     return ProduceConfig(home=ns.home or default_home(), dataset=ns.dataset, start=parse_ds(ns.ds, what="--ds"),
                          bootstrap=ns.bootstrap, days=ns.days, rate=ns.rate, topic_prefix=ns.topic_prefix)  # fmt: skip
