@@ -47,7 +47,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import figure, peak_mib, ratio, reset_peak, rounds, rss_mib, say, spread
@@ -234,7 +233,7 @@ def startup(key: str, home: Path) -> dict:
     return {"seconds": seconds}
 
 
-# --------------------------------------------------------------------------- the run
+# --------------------------------------------------------------------------- the contenders, measured
 
 NAMES = {"a": "featurehouse label-join", "b": "Spark, no checks", "c": "DuckDB", "d": "Polars"}
 
@@ -248,15 +247,192 @@ def _steps(say_log: list[tuple[float, str]], end: float) -> dict[str, float]:
     return steps
 
 
+class LabelJoinContender:
+    """One contender of one size: ``run()`` does the join and returns the impression records it read.
+
+    ``key`` is its letter in the figures; ``in_jvm`` says whose memory is measured (the JVM's for the Spark
+    contenders, this process's otherwise)."""
+
+    key = ""
+    in_jvm = False
+
+    def run(self) -> int:
+        raise NotImplementedError
+
+    def spark_jobs(self, sc, group: str) -> int | None:
+        """The Spark jobs of the last run (``group``: the job group it ran in); None for the engines without Spark."""
+        return None
+
+    def steps(self, end: float) -> dict[str, float] | None:
+        """Seconds per step of the last run, which ended at ``end``, where the contender reports its steps."""
+        return None
+
+
+class FeaturehouseLabelJoin(LabelJoinContender):
+    """(a) ``etl.label_join.run`` as ``featurehouse label-join`` runs it, its progress lines time-stamped."""
+
+    key, in_jvm = "a", True
+
+    def __init__(self, spark, config) -> None:
+        from etl import label_join
+
+        self.spark, self.config, self.label_join = spark, config, label_join.run
+        self.log: list[tuple[float, str]] = []
+        self.jobs: list[int] = []
+
+    def run(self) -> int:
+        self.log.clear()
+        summary = self.label_join(self.spark, self.config, progress=lambda m: self.log.append((time.perf_counter(), m)))
+        self.jobs.append(summary.spark_jobs)  # the run counts its own jobs, in a job group of its own
+        return summary.impressions_read
+
+    def spark_jobs(self, sc, group: str) -> int | None:
+        return self.jobs[-1]
+
+    def steps(self, end: float) -> dict[str, float] | None:
+        return _steps(self.log, end)
+
+
+class PlainSparkJoin(LabelJoinContender):
+    """(b) the same join as a plain Spark job (:func:`spark_plain`), into a Delta table."""
+
+    key, in_jvm = "b", True
+
+    def __init__(self, spark, registry, landing: Path, out: Path) -> None:
+        self.spark, self.registry, self.landing, self.out = spark, registry, landing, out
+
+    def run(self) -> int:
+        return spark_plain(self.spark, self.registry, self.landing, self.out)
+
+    def spark_jobs(self, sc, group: str) -> int | None:
+        return len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+class DuckdbJoin(LabelJoinContender):
+    """(c) the same join in DuckDB SQL (:func:`duckdb_join`), into one Parquet file."""
+
+    key = "c"
+
+    def __init__(self, registry, landing: Path, out: Path) -> None:
+        self.registry, self.landing, self.out = registry, landing, out
+
+    def run(self) -> int:
+        return duckdb_join(self.registry, self.landing, self.out)
+
+
+class PolarsJoin(LabelJoinContender):
+    """(d) the same join with Polars' lazy API (:func:`polars_join`), into one Parquet file."""
+
+    key = "d"
+
+    def __init__(self, registry, landing: Path, out: Path) -> None:
+        self.registry, self.landing, self.out = registry, landing, out
+
+    def run(self) -> int:
+        return polars_join(self.registry, self.landing, self.out)
+
+
+class Measured:
+    """A contender's timed run at one size, for :func:`common.rounds`: its seconds and rows, the peak resident memory
+    of the process doing the work (reset before the run) and its size before, the Spark jobs, (a)'s steps."""
+
+    def __init__(self, contender: LabelJoinContender, sc, jvm_pid: int, size: int) -> None:
+        self.contender, self.sc, self.jvm_pid, self.size = contender, sc, jvm_pid, size
+
+    def __call__(self) -> dict:
+        key = self.contender.key
+        pid = self.jvm_pid if self.contender.in_jvm else os.getpid()
+        before = rss_mib(pid)
+        reset_peak(pid)
+        group = f"bench-{self.size}-{key}-{time.monotonic_ns()}"
+        self.sc.setJobGroup(group, NAMES[key])
+        began = time.perf_counter()
+        rows = self.contender.run()
+        seconds = time.perf_counter() - began
+        result = {"seconds": seconds, "rows": rows, "peak_mib": peak_mib(pid), "rss_before_mib": before,
+                  "spark_jobs": self.contender.spark_jobs(self.sc, group)}  # fmt: skip
+        steps = self.contender.steps(began + seconds)
+        if steps is not None:
+            result["steps"] = steps
+        return result
+
+
+class EngineStartup:
+    """Contender ``key``'s start-up in a fresh process (:func:`startup`), for :func:`common.rounds`."""
+
+    def __init__(self, key: str, home: Path) -> None:
+        self.key, self.home = key, home
+
+    def __call__(self) -> dict:
+        return startup(self.key, self.home)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _jvm_pid(spark) -> int:
+    """The process id of the session's JVM (this process's where the gateway did not start one)."""
+    gateway = spark.sparkContext._gateway
+    return int(gateway.proc.pid) if getattr(gateway, "proc", None) else os.getpid()
+
+
+def _landing(spark, work: Path, size: int) -> Path:
+    """One generated day of ``size`` impressions (kept under ``work``), its impression records counted into
+    :data:`_RECORDS`: the landing zone's folder."""
+    from etl.generate import job as generate
+    from etl.records.landing import Landing, read_impressions
+
+    data = work / f"logs_{size}"
+    if not (data / "landing" / "impressions" / f"ds={DS}").exists():
+        say(f"label join: generating one day of {size:,} impressions")
+        generate.run(generate.GenerateConfig(home=data, days=1, impressions_per_day=size, start=DS))
+    landing = data / "landing"
+    _RECORDS[str(landing)] = read_impressions(spark, Landing(str(landing)), [DS]).count()
+    return landing
+
+
+def _contenders(spark, registry, work: Path, landing: Path, size: int) -> dict[str, LabelJoinContender]:
+    """Every contender of one size by key, each writing its output under ``work``."""
+    from etl import label_join
+
+    config = label_join.LabelJoinConfig(dataset="ads", ds=DS, home=work / "spark", landing=str(landing))
+    return {"a": FeaturehouseLabelJoin(spark, config),
+            "b": PlainSparkJoin(spark, registry, landing, work / f"plain_{size}"),
+            "c": DuckdbJoin(registry, landing, work / f"duck_{size}.parquet"),
+            "d": PolarsJoin(registry, landing, work / f"polars_{size}.parquet")}  # fmt: skip
+
+
+def _size_figures(results: dict[str, list[dict]], keys: list[str], startup_too: bool) -> dict:
+    """One size's figures by contender, from its rounds (and the start-up rounds, paired by round)."""
+    with_start = {k: [{"seconds": r["seconds"] + s["seconds"]} for r, s in
+                      zip(results[k], results[f"start-up {k}"], strict=True)] for k in keys} if startup_too else {}
+    by = {}
+    for k in keys:
+        by[k] = {"seconds": figure(results[k]), "rows_per_s": figure([{"v": r["rows"] / r["seconds"]} for r in results[k]], "v"),
+                 "peak_mib": figure(results[k], "peak_mib"), "rss_before_mib": figure(results[k], "rss_before_mib"),
+                 "rows": results[k][0]["rows"]}  # fmt: skip
+        if startup_too:
+            by[k] |= {"with_startup": figure(with_start[k]), "startup": figure(results[f"start-up {k}"])}
+        if k in "ab":
+            by[k]["spark_jobs"] = figure(results[k], "spark_jobs")
+        if k == "a":
+            steps = results[k][0]["steps"]
+            by[k]["steps"] = {name: figure([{"v": r["steps"].get(name, 0.0)} for r in results[k]], "v")
+                              for name in steps}  # fmt: skip
+    if "a" in by:
+        for k in keys[1:]:
+            by[k]["a/this"] = ratio(results["a"], results[k])
+            if startup_too:
+                by[k]["a/this with start-up"] = ratio(with_start["a"], with_start[k])
+    return by
+
+
 def section(work: Path, *, sizes: tuple[int, ...] = (20_000, 40_000, 80_000), runs: int = 3,
             skip: tuple[str, ...] = (), startup_too: bool = True) -> dict:  # fmt: skip
     """Every contender at every size (see the module's doc); the figures as one dict.
 
     ``startup_too=False`` leaves the start-up rounds out (``featurehouse bench --quick``: a Spark start costs
     20-40 s here, and 4 rounds of 2 of them are most of a quick run's budget)."""
-    from etl import label_join
-    from etl.generate import job as generate
-    from etl.records.landing import Landing, read_impressions
     from schemas.registry import load_dataset
     from warehouse.session import spark_session
 
@@ -265,76 +441,21 @@ def section(work: Path, *, sizes: tuple[int, ...] = (20_000, 40_000, 80_000), ru
     out: dict = {"sizes": list(sizes), "contenders": {k: NAMES[k] for k in keys}, "by_size": {}}
     with spark_session(work / "spark", conf={"spark.ui.enabled": "false"}) as spark:
         sc = spark.sparkContext
-        jvm_pid = int(sc._gateway.proc.pid) if getattr(sc._gateway, "proc", None) else os.getpid()
+        jvm_pid = _jvm_pid(spark)
         spark.range(1000).count()  # the executors start before any clock runs
         started: dict[str, list[dict]] = {}
         if startup_too:
             say("label join: start-up of each engine in a fresh process (once: it does not depend on the size)")
-            started = rounds({f"start-up {k}": (lambda k=k: startup(k, work / "probe")) for k in keys}, runs,
+            started = rounds({f"start-up {k}": EngineStartup(k, work / "probe") for k in keys}, runs,
                              label="label join: ")  # fmt: skip
         for index, size in enumerate(sizes):
-            data = work / f"logs_{size}"
-            if not (data / "landing" / "impressions" / f"ds={DS}").exists():
-                say(f"label join: generating one day of {size:,} impressions")
-                generate.run(generate.GenerateConfig(home=data, days=1, impressions_per_day=size, start=DS))
-            landing = data / "landing"
-            _RECORDS[str(landing)] = read_impressions(spark, Landing(str(landing)), [DS]).count()
-            log: list[tuple[float, str]] = []
-            config = label_join.LabelJoinConfig(dataset="ads", ds=DS, home=work / "spark", landing=str(landing))
-
-            jobs_of_a: list[int] = []
-
-            def a() -> int:
-                log.clear()
-                summary = label_join.run(spark, config, progress=lambda m: log.append((time.perf_counter(), m)))
-                jobs_of_a.append(summary.spark_jobs)  # the run counts its own jobs, in a job group of its own
-                return summary.impressions_read
-
-            jobs = {"a": a, "b": lambda: spark_plain(spark, registry, landing, work / f"plain_{size}"),
-                    "c": lambda: duckdb_join(registry, landing, work / f"duck_{size}.parquet"),
-                    "d": lambda: polars_join(registry, landing, work / f"polars_{size}.parquet")}  # fmt: skip
-
-            def timed(key: str) -> Callable[[], dict]:
-                def run() -> dict:
-                    pid = jvm_pid if key in "ab" else os.getpid()
-                    before = rss_mib(pid)
-                    reset_peak(pid)
-                    group = f"bench-{size}-{key}-{time.monotonic_ns()}"
-                    sc.setJobGroup(group, NAMES[key])
-                    began = time.perf_counter()
-                    rows = jobs[key]()
-                    seconds = time.perf_counter() - began
-                    result = {"seconds": seconds, "rows": rows, "peak_mib": peak_mib(pid), "rss_before_mib": before,
-                              "spark_jobs": jobs_of_a[-1] if key == "a" else
-                              len(sc.statusTracker().getJobIdsForGroup(group)) if key == "b" else None}  # fmt: skip
-                    if key == "a":
-                        result["steps"] = _steps(log, began + seconds)
-                    return result
-                return run
-
+            landing = _landing(spark, work, size)
+            contenders = _contenders(spark, registry, work, landing, size)
             # one warm-up round for the section, at its first size: the later sizes' files were just written
-            results = rounds({k: timed(k) for k in keys}, runs, label=f"label join {size:,}: ", warmup=index == 0)
+            results = rounds({k: Measured(contenders[k], sc, jvm_pid, size) for k in keys}, runs,
+                             label=f"label join {size:,}: ", warmup=index == 0)  # fmt: skip
             results |= started  # the start-up rounds do not depend on the size: measured once, paired by round
-            with_start = {k: [{"seconds": r["seconds"] + s["seconds"]} for r, s in
-                              zip(results[k], results[f"start-up {k}"], strict=True)] for k in keys} if startup_too else {}
-            by = {}
-            for k in keys:
-                by[k] = {"seconds": figure(results[k]), "rows_per_s": figure([{"v": r["rows"] / r["seconds"]} for r in results[k]], "v"),
-                         "peak_mib": figure(results[k], "peak_mib"), "rss_before_mib": figure(results[k], "rss_before_mib"),
-                         "rows": results[k][0]["rows"]}  # fmt: skip
-                if startup_too:
-                    by[k] |= {"with_startup": figure(with_start[k]), "startup": figure(results[f"start-up {k}"])}
-                if k in "ab":
-                    by[k]["spark_jobs"] = figure(results[k], "spark_jobs")
-                if k == "a":
-                    steps = results[k][0]["steps"]
-                    by[k]["steps"] = {name: figure([{"v": r["steps"].get(name, 0.0)} for r in results[k]], "v")
-                                      for name in steps}  # fmt: skip
-            if "a" in by:
-                for k in keys[1:]:
-                    by[k]["a/this"] = ratio(results["a"], results[k])
-                    if startup_too:
-                        by[k]["a/this with start-up"] = ratio(with_start["a"], with_start[k])
+            by = _size_figures(results, keys, startup_too)
             out["by_size"][str(size)] = by
             say("label join: " + report_size(size, by).splitlines()[1])
     return out
