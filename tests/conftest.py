@@ -1,5 +1,6 @@
-"""Shared fixtures: one local SparkSession for the whole run (Delta on, metastore in a temp dir),
-one local Kafka broker, and helpers that write landing-zone files and small registries."""
+"""Shared fixtures: one local SparkSession per test process (Delta on, metastore in a temp dir),
+one local Kafka broker, and helpers that write landing-zone files and small registries; and the lanes
+``make test`` runs the suite in (``pytest -n 2 --dist loadgroup``, see ``pytest_collection_modifyitems``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,34 @@ import pytest
 
 if TYPE_CHECKING:
     from etl.kafka.broker import Broker
+
+#: Test modules that share one group, hence one xdist lane and one session fixture: the Kafka users (one broker).
+SHARED_GROUPS = {"tests/etl/test_stream.py": "kafka", "tests/etl/test_produce.py": "kafka"}
+#: The longest groups, longest first (seconds alone, 2026-12-02: Airflow ~900, Kafka ~700, CLI ~380, cluster ~400,
+#: DPP ~250): a lane that takes one of these early leaves the short modules to the other, so the two lanes end
+#: together. Every other module follows in collection order.
+LONGEST_FIRST = ["tests/airflow/test_dags.py", "kafka", "tests/test_cli_end_to_end.py", "tests/test_cluster.py",
+                 "tests/ingest/test_dpp.py"]  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One xdist group per test module (its module fixtures are built once, its tests run in order in one lane),
+    the Kafka users in one group, and the longest groups first. Harmless without xdist: the order is then the
+    run's order, and a module's tests keep their order."""
+    root = Path(config.rootpath)
+
+    def group(item: pytest.Item) -> str:
+        module = item.path.relative_to(root).as_posix()
+        return SHARED_GROUPS.get(module, module)
+
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    first_seen: dict[str, int] = {}
+    for item in items:
+        name = group(item)
+        first_seen.setdefault(name, len(first_seen))
+        item.add_marker(pytest.mark.xdist_group(name))
+    items.sort(key=lambda item: (rank.get(group(item), len(rank)), first_seen[group(item)]))
+
 
 SMALL_REGISTRY = """\
 dataset: {dataset}
