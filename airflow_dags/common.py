@@ -21,7 +21,8 @@ the pool ``featurehouse_spark``: one slot on the embedded Derby metastore, which
 
 Parse-time knobs are environment variables (reading Variables while parsing costs a metastore
 round trip per parse): ``FEATUREHOUSE_DAILY_START`` / ``FEATUREHOUSE_DAILY_END`` (the first and
-last ds the daily DAG schedules), ``FEATUREHOUSE_SENSOR_POKE_S`` and ``FEATUREHOUSE_SENSOR_TIMEOUT_S``.
+last ds the daily DAG schedules), ``FEATUREHOUSE_SENSOR_POKE_S``, ``FEATUREHOUSE_SENSOR_TIMEOUT_S`` and
+``FEATUREHOUSE_RETRY_DELAY_S`` (the first retry's delay, 120 s by default, doubling up to 30 minutes).
 """
 
 from __future__ import annotations
@@ -95,12 +96,16 @@ def dataset_param(what: str) -> Param:
     return Param("ads", type="string", pattern=NAME_PATTERN.pattern, description=what)
 
 
+#: How often a failed task is tried again (a refused ds fails at once instead: AirflowFailException).
+RETRIES = 2
+
+
 def default_args(**overrides: Any) -> dict[str, Any]:
     """Retries with backoff and the failure line, for every task."""
     return {
         "owner": "featurehouse",
-        "retries": 2,
-        "retry_delay": dt.timedelta(minutes=2),
+        "retries": RETRIES,
+        "retry_delay": dt.timedelta(seconds=env_seconds("FEATUREHOUSE_RETRY_DELAY_S", 120)),
         "retry_exponential_backoff": True,
         "max_retry_delay": dt.timedelta(minutes=30),
         "on_failure_callback": log_failure,

@@ -79,6 +79,7 @@ def make_airflow(home: Path, warehouse: Path, **env: str) -> Airflow:
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW_VAR_FEATUREHOUSE_HOME": str(warehouse),
         "FEATUREHOUSE_SENSOR_POKE_S": "1",
+        "FEATUREHOUSE_RETRY_DELAY_S": "1",  # a task that fails its first try (a slow start) retries at once
         **env,
     })  # fmt: skip
     for step in (["-m", "airflow", "db", "migrate"], ["-m", "airflow_dags.setup"], ["-m", "airflow", "dags", "reserialize"]):
