@@ -42,6 +42,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -55,8 +56,8 @@ from etl.records.landing import (
     Landing,
     Stream,
     empty_files,
+    SUCCESS_MARKER,
     empty_labels,
-    is_closed,
     label_days,
     path_exists,
     read_impressions,
@@ -71,7 +72,7 @@ from etl.records.quarantine import (
     with_label_problem,
     write_quarantine,
 )
-from schemas.paths import landing_location
+from schemas.paths import landing_location, local_path
 from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_many_bad
 from schemas.config import DatasetJobConfig
 from schemas.errors import DataRefusedError, LandingError
@@ -105,6 +106,13 @@ class LabelJoinConfig(DatasetJobConfig):
     @property
     def landing_root(self) -> str:
         return self.landing or landing_location(self.home)
+
+    def check_inputs(self) -> None:
+        """The registry, and on a local landing zone the ds's partitions (a session checks those of any other)."""
+        registry = self.registry()
+        if local_path(self.landing_root) is not None:
+            days = label_days(self.ds, registry.max_window)
+            check_partitions(Landing(self.landing_root), self, days, exists=lambda path: local_path(path).exists())
 
 
 @dataclass(frozen=True)
@@ -188,20 +196,25 @@ class LabelJoinSummary:
 # --------------------------------------------------------------------------- the job
 
 
-def check_partitions(spark: SparkSession, landing: Landing, config: LabelJoinConfig, days: Sequence[dt.date]) -> bool:
-    """Refuse to run on a missing impression partition or open label windows; return whether a window is open."""
+def check_partitions(landing: Landing, config: LabelJoinConfig, days: Sequence[dt.date], *,
+                     exists: Callable[[str], bool]) -> bool:  # fmt: skip
+    """Refuse to run on a missing impression partition or open label windows; return whether a window is open.
+
+    ``exists`` tells whether a path exists: Hadoop's FileSystem in a session, the local disk before one.
+    """
+    is_closed = lambda partition: exists(f"{partition}/{SUCCESS_MARKER}")  # noqa: E731
     impression_dir = landing.partition(Stream.IMPRESSIONS, config.ds)
-    if not path_exists(spark, impression_dir):
+    if not exists(impression_dir):
         raise LandingError(
             f"impression partition {impression_dir} does not exist; generate or land the logs of "
             f"{format_ds(config.ds)} first (featurehouse generate), or pick another --ds"
         )
-    if not is_closed(spark, impression_dir):
+    if not is_closed(impression_dir):
         raise LandingError(
             f"impression partition {impression_dir} is not closed (no _SUCCESS marker): the day's logs are "
             "still arriving; wait for the marker"
         )
-    open_days = [d for d in days if not is_closed(spark, landing.partition(Stream.LABELS, d))]
+    open_days = [d for d in days if not is_closed(landing.partition(Stream.LABELS, d))]
     if open_days and not config.allow_open_window:
         first = landing.partition(Stream.LABELS, open_days[0])
         raise LandingError(
@@ -326,7 +339,7 @@ def _plan(spark: SparkSession, config: LabelJoinConfig, say: Progress) -> _Plan:
     registry = load_dataset(config.dataset, config.registry_dir)
     landing = Landing(config.landing_root)
     days = label_days(config.ds, registry.max_window)
-    window_open = check_partitions(spark, landing, config, days)
+    window_open = check_partitions(landing, config, days, exists=partial(path_exists, spark))
     present_days = [d for d in days if path_exists(spark, landing.partition(Stream.LABELS, d))]
     table, changes = prepare_for_write(spark, registry)
     for change in changes:

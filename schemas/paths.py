@@ -33,3 +33,11 @@ def warehouse_location(home: Path | str) -> str:
 def landing_location(home: Path | str) -> str:
     """The landing zone root of the data folder ``home``, where ``--landing`` is not given."""
     return str(Path(home).resolve() / "landing")
+
+
+def local_path(location: str) -> Path | None:
+    """The local folder or file a location names (a plain path or a ``file:`` URI), or None for any other URI
+    (``s3a://``, ``hdfs://``): what can be checked without Hadoop's FileSystem, hence without a JVM."""
+    if location.startswith("file:"):
+        return Path(location.removeprefix("file:").removeprefix("//"))
+    return None if "://" in location else Path(location)

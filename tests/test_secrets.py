@@ -7,10 +7,10 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
+from schemas.config import SparkJobConfig
 from schemas.errors import ConfigError, FeaturehouseError, run_command
 from schemas.redact import REDACTED, is_secret_key, redact, redact_conf
 
@@ -81,7 +81,7 @@ def test_a_spark_job_masks_bare_conf_secrets_in_its_error(monkeypatch, capsys, t
         raise FeaturehouseError("the metastore refused login hunter2")  # the value alone, not key=value
 
     monkeypatch.setattr(jobs, "spark_session", no_spark)
-    config = SimpleNamespace(home=tmp_path, spark_conf={PASSWORD_KEY: "hunter2", "spark.master": "local[1]"})
+    config = SparkJobConfig(home=tmp_path, spark_conf={PASSWORD_KEY: "hunter2", "spark.master": "local[1]"})
     assert jobs.run_spark_job(lambda: config, run) == 2
     err = capsys.readouterr().err
     assert "hunter2" not in err and err.strip() == f"error: the metastore refused login {REDACTED}"

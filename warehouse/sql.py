@@ -29,13 +29,13 @@ import decimal
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+from schemas.config import SparkJobConfig
 from schemas.delta_arrow import column_mapping_message
 from schemas.settings import COLUMN_MAPPING_MODE
 from schemas.errors import ConfigError, FeaturehouseError, first_line
@@ -51,15 +51,12 @@ class OutputFormat(StrEnum):
     JSON = "json"
 
 
-@dataclass(frozen=True)
-class SqlConfig:
+@dataclass(frozen=True, kw_only=True)
+class SqlConfig(SparkJobConfig):
     statement: str
-    home: Path
     output: OutputFormat = OutputFormat.TABLE
     limit: int | None = DEFAULT_LIMIT  # None: every row (--all)
     allow_write: bool = False
-    registry_dir: Path | None = None
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.statement.strip():

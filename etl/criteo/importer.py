@@ -68,6 +68,7 @@ from schemas.criteo import (
 )
 from schemas.errors import ConfigError, DataRefusedError, RegistryError
 from schemas.names import format_ds, parse_ds
+from schemas.paths import local_path
 from schemas.registry import DEFAULT_REGISTRY_DIR, DatasetRegistry, load_registry
 from schemas.spark import feature_type
 from warehouse.derived import add_derived
@@ -116,6 +117,12 @@ class CriteoImportConfig(DatasetJobConfig):
                 f"the day files are not in day order ({', '.join(map(_file_name, self.files))}): FILE i becomes "
                 "--ds + i days. List them in order, e.g. day_{0..23}.gz (a shell glob puts day_10 before day_2)"
             )
+
+    def check_inputs(self) -> None:
+        """The local FILEs exist (URIs are checked in the session). The registry need not: the import writes it."""
+        missing = [f for f in self.files if (path := local_path(f)) is not None and not path.exists()]
+        if missing:
+            raise _no_such_files(missing)
 
     def days(self, file_index: int) -> tuple[dt.date, ...]:
         """The days file ``file_index`` holds."""
@@ -198,6 +205,10 @@ class CriteoImportSummary:
 
 
 # --------------------------------------------------------------------------- pure DataFrame logic
+
+
+def _no_such_files(missing: Sequence[str]) -> ConfigError:
+    return ConfigError(f"{', '.join(missing)}: no such file; give the path of a Criteo file (train.txt, day_N.gz)")
 
 
 def _file_name(path: str) -> str:
@@ -381,7 +392,7 @@ def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress |
     uris = [_uri(f) for f in config.files]
     missing = [f for f, uri in zip(config.files, uris, strict=True) if not path_exists(spark, uri)]
     if missing:
-        raise ConfigError(f"{', '.join(missing)}: no such file; give the path of a Criteo file (train.txt, day_N.gz)")
+        raise _no_such_files(missing)
     registry, registry_path, written = ensure_registry(config.dataset, config.registry_dir)
     if written:
         say(f"{config.dataset}: wrote the Criteo registry {registry_path}")

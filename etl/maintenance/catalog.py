@@ -50,6 +50,11 @@ class CatalogConfig(SparkJobConfig):
                 "featurehouse catalog stats --dataset ads --ds 2026-11-01"
             )
 
+    def check_inputs(self) -> None:
+        """Every dataset named (or, with none named, the registry folder) has a valid registry."""
+        for dataset in self.datasets or registry_datasets(self.registry_dir):
+            load_dataset(dataset, self.registry_dir)
+
 
 @dataclass(frozen=True)
 class CatalogSummary:
