@@ -53,7 +53,7 @@ from etl.records.flatten import flatten_impressions
 from etl.records.landing import (
     RAW_COLUMN,
     Landing,
-    Stream,
+    RecordKind,
     empty_files,
     empty_labels,
     is_closed,
@@ -190,7 +190,7 @@ class LabelJoinSummary:
 
 def check_partitions(spark: SparkSession, landing: Landing, config: LabelJoinConfig, days: Sequence[dt.date]) -> bool:
     """Refuse to run on a missing impression partition or open label windows; return whether a window is open."""
-    impression_dir = landing.partition(Stream.IMPRESSIONS, config.ds)
+    impression_dir = landing.partition(RecordKind.IMPRESSIONS, config.ds)
     if not path_exists(spark, impression_dir):
         raise LandingError(
             f"impression partition {impression_dir} does not exist; generate or land the logs of "
@@ -201,9 +201,9 @@ def check_partitions(spark: SparkSession, landing: Landing, config: LabelJoinCon
             f"impression partition {impression_dir} is not closed (no _SUCCESS marker): the day's logs are "
             "still arriving; wait for the marker"
         )
-    open_days = [d for d in days if not is_closed(spark, landing.partition(Stream.LABELS, d))]
+    open_days = [d for d in days if not is_closed(spark, landing.partition(RecordKind.LABELS, d))]
     if open_days and not config.allow_open_window:
-        first = landing.partition(Stream.LABELS, open_days[0])
+        first = landing.partition(RecordKind.LABELS, open_days[0])
         raise LandingError(
             f"the attribution windows of ds {format_ds(config.ds)} close only in label partitions "
             f"{format_ds(days[0])} .. {format_ds(days[-1])}, and {len(open_days)} of them are not closed yet "
@@ -219,7 +219,7 @@ def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, da
     published = {r.ds for r in spark.table(table).where(F.col("ds").isin(wanted)).select("ds").distinct().collect()}
     frames = [spark.table(table).where(F.col("ds").isin(sorted(published))).select("impression_id")]
     unpublished = [d for d in days if format_ds(d) not in published]
-    present = [d for d in unpublished if path_exists(spark, landing.partition(Stream.IMPRESSIONS, d))]
+    present = [d for d in unpublished if path_exists(spark, landing.partition(RecordKind.IMPRESSIONS, d))]
     if present:
         frames.append(read_impressions(spark, landing, present, StructType().add("impression_id", "string"))
                       .select("impression_id"))  # fmt: skip
@@ -231,11 +231,11 @@ def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, da
 
 @dataclass(frozen=True)
 class _Quarantined:
-    """What the quarantine step found: the day's record counts, bad records by stream and by problem."""
+    """What the quarantine step found: the day's record counts, bad records by record kind and by problem."""
 
     impressions_read: int
     label_records: int
-    bad: Mapping[str, int]  # stream -> bad records (empty files not counted)
+    bad: Mapping[str, int]  # record kind -> bad records (empty files not counted)
     problems: Mapping[str, int]  # problem code -> quarantined rows (empty files included)
     table: str
     unknown_features: tuple[str, ...]
@@ -255,27 +255,27 @@ def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetR
         F.array_distinct(F.flatten(F.collect_set(F.when(~is_bad, F.col("_unknown"))))).alias("unknown_names"),
     ).first()
     label_day = this_day_labels.agg(F.count(F.lit(1)).alias("read"), F.count_if(is_bad).alias("bad")).first()
-    bad = {Stream.IMPRESSIONS.value: int(imp_stats["bad"]), Stream.LABELS.value: int(label_day["bad"])}
-    empties = {stream.value: empty_files(spark, [landing.partition(stream, config.ds)]) for stream in Stream}
-    rows = empty_file_rows(spark, [], Stream.IMPRESSIONS.value, ds, run_id, now)
+    bad = {RecordKind.IMPRESSIONS.value: int(imp_stats["bad"]), RecordKind.LABELS.value: int(label_day["bad"])}
+    empties = {kind.value: empty_files(spark, [landing.partition(kind, config.ds)]) for kind in RecordKind}
+    rows = empty_file_rows(spark, [], RecordKind.IMPRESSIONS.value, ds, run_id, now)
     problems: dict[str, int] = {}
     if any(bad.values()) or any(empties.values()):  # reasons are worked out only when there are bad records
         known_types = [label.name for label in registry.labels]
         rows = (
-            quarantine_rows(with_impression_problem(flat.where(is_bad), registry, ds), flat, Stream.IMPRESSIONS.value,
+            quarantine_rows(with_impression_problem(flat.where(is_bad), registry, ds), flat, RecordKind.IMPRESSIONS.value,
                             run_id, now)
             .unionByName(quarantine_rows(with_label_problem(this_day_labels.where(is_bad), known_types), raw_labels,
-                                         Stream.LABELS.value, run_id, now))
-            .unionByName(empty_file_rows(spark, empties[Stream.IMPRESSIONS.value], Stream.IMPRESSIONS.value, ds, run_id, now))
-            .unionByName(empty_file_rows(spark, empties[Stream.LABELS.value], Stream.LABELS.value, ds, run_id, now))
+                                         RecordKind.LABELS.value, run_id, now))
+            .unionByName(empty_file_rows(spark, empties[RecordKind.IMPRESSIONS.value], RecordKind.IMPRESSIONS.value, ds, run_id, now))
+            .unionByName(empty_file_rows(spark, empties[RecordKind.LABELS.value], RecordKind.LABELS.value, ds, run_id, now))
         )  # fmt: skip
         problems = {r["problem"]: r["count"] for r in rows.groupBy("problem").count().collect()}
     table = write_quarantine(spark, config.dataset, config.ds, rows, empty=not problems)
     found = _Quarantined(int(imp_stats["read"]), int(label_day["read"]), bad, problems, table,
                          tuple(sorted(imp_stats["unknown_names"] or [])), int(imp_stats["unknown_values"] or 0))  # fmt: skip
     limit = bad_fraction_limit(registry.quality, config.max_bad_fraction)
-    for stream, read in ((Stream.IMPRESSIONS.value, found.impressions_read), (Stream.LABELS.value, found.label_records)):
-        if too_many := too_many_bad(bad[stream], read, limit, what=f"{stream} records of ds {ds}"):
+    for kind, read in ((RecordKind.IMPRESSIONS.value, found.impressions_read), (RecordKind.LABELS.value, found.label_records)):
+        if too_many := too_many_bad(bad[kind], read, limit, what=f"{kind} records of ds {ds}"):
             raise DataRefusedError(
                 f"{too_many}; nothing was staged or published. They are in {table} "
                 f"(SELECT problem, reason, source_file, line FROM {table} WHERE ds = '{ds}'); fix the "
@@ -327,7 +327,7 @@ def _plan(spark: SparkSession, config: LabelJoinConfig, say: Progress) -> _Plan:
     landing = Landing(config.landing_root)
     days = label_days(config.ds, registry.max_window)
     window_open = check_partitions(spark, landing, config, days)
-    present_days = [d for d in days if path_exists(spark, landing.partition(Stream.LABELS, d))]
+    present_days = [d for d in days if path_exists(spark, landing.partition(RecordKind.LABELS, d))]
     table, changes = prepare_for_write(spark, registry)
     for change in changes:
         say(f"{config.dataset}: {change.action.value} {change.detail}")

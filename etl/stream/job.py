@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, retry_if_result, wait_fixed
 
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
-from etl.records.landing import Stream, path_exists
+from etl.records.landing import RecordKind, path_exists
 from etl.records.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from etl.stream.plan import plan, read_files, read_kafka, staging_columns
 from etl.stream.tables import (
@@ -121,8 +121,8 @@ class StreamConfig(DatasetJobConfig):
     def landing_root(self) -> str:
         return self.landing or landing_location(self.home)
 
-    def topic(self, stream: Stream) -> str:
-        return topic_name(self.topic_prefix, self.dataset, stream.value)
+    def topic(self, kind: RecordKind) -> str:
+        return topic_name(self.topic_prefix, self.dataset, kind.value)
 
 
 @dataclass
@@ -172,14 +172,14 @@ def closed_through(watermark: dt.datetime, registry: DatasetRegistry) -> dt.date
 def _sources(spark: SparkSession, config: StreamConfig) -> tuple[DataFrame, DataFrame]:
     if config.source is Source.KAFKA:
         return tuple(read_kafka(spark, config.bootstrap, config.topic(s), max_offsets=config.max_offsets)
-                     for s in (Stream.IMPRESSIONS, Stream.LABELS))  # fmt: skip
+                     for s in (RecordKind.IMPRESSIONS, RecordKind.LABELS))  # fmt: skip
     landing = config.landing_root.rstrip("/")
-    for s in Stream:
+    for s in RecordKind:
         if not path_exists(spark, f"{landing}/{s.value}"):
             raise LandingError(f"no {s.value} folder {landing}/{s.value} to stream from; write logs there "
                                "(featurehouse generate), or point --landing at the landing zone")  # fmt: skip
     return tuple(read_files(spark, f"{landing}/{s.value}", max_files=config.max_files)
-                 for s in (Stream.IMPRESSIONS, Stream.LABELS))  # fmt: skip
+                 for s in (RecordKind.IMPRESSIONS, RecordKind.LABELS))  # fmt: skip
 
 
 @contextmanager
