@@ -149,10 +149,10 @@ def run(config: DemoConfig) -> None:
         )
         say(f"featurehouse catalog stats --dataset {config.dataset} --ds ... ({config.days} partitions)", stats.format())
         if config.dataset == "ads":
-            from ingest import job
+            from ingest import read_command
 
             lines: list[str] = []
-            job.run(job.ReadConfig(job=DEMO_JOB, home=config.home, registry_dir=staged_dir), out=lines.append)
+            read_command.run(read_command.ReadConfig(job=DEMO_JOB, home=config.home, registry_dir=staged_dir), out=lines.append)
             say(f"featurehouse read --job {DEMO_JOB.relative_to(DEMO_JOB.parent.parent)}", "\n".join(lines))
             _train(spark, config, staged_dir)
         say(f"featurehouse stream --dataset {config.dataset}_stream --source files --trigger available-now",

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.loader import SnapshotDataset, check_plan, plan_key
-from ingest.read import IoCounter
+from ingest.projected_reads import IoCounter
 from schemas.errors import ConfigError
 
 #: seconds between progress lines

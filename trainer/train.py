@@ -36,9 +36,9 @@ from ingest.dpp import (  # the module imports Ray only when a session starts
     parse_workers,
     ray_session,
 )
+from ingest.job_reader import open_reader
 from ingest.loader import PREFETCH, ResumableLoader
-from ingest.read import IoCounter
-from ingest.reader import open_reader
+from ingest.projected_reads import IoCounter
 from ingest.spec import JobSpec, load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri

@@ -162,7 +162,7 @@ def test_each_day_passed_the_quality_gate_and_the_registry_was_generated(spark, 
 
 def read_rows(imported, transforms_dense, *, name: str):
     """Every row of the days through the reader: (label, dense tuple, ids tuple) per row."""
-    from ingest.reader import open_reader
+    from ingest.job_reader import open_reader
     from ingest.spec import parse_spec
     from schemas.registry import load_dataset
 

@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray", reason="the preprocessing service needs Ray: pi
 
 from ingest.dpp import DppLoader, Split, parse_workers, plan_splits, ray_session  # noqa: E402
 from ingest.loader import ResumableLoader, SnapshotDataset, TableBlock  # noqa: E402
-from ingest.reader import open_reader  # noqa: E402
+from ingest.job_reader import open_reader  # noqa: E402
 from ingest.spec import load_spec  # noqa: E402
 from schemas.errors import ConfigError  # noqa: E402
 

@@ -138,7 +138,7 @@ def test_two_torchrun_processes_train_on_disjoint_halves(home):
     import pyarrow.parquet as pq
 
     from ingest.loader import SnapshotDataset
-    from ingest.reader import open_reader
+    from ingest.job_reader import open_reader
     from ingest.spec import load_spec
 
     path = job(home, "ddp", epochs=1)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingest.dpp import REPORT_EVERY_S, DppLoader, parse_workers, ray_session
-from ingest.job import record, summarize
-from ingest.reader import open_reader
+from ingest.job_reader import open_reader
+from ingest.read_command import record, summarize
 from ingest.spec import load_spec
 from schemas.config import JobConfig
 from schemas.errors import ConfigError, run_command

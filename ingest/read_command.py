@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingest.job_reader import open_reader
 from ingest.loader import ResumableLoader, SnapshotDataset
-from ingest.reader import open_reader
 from ingest.spec import load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
