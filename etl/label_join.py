@@ -76,17 +76,12 @@ from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_
 from schemas.config import DatasetJobConfig
 from schemas.errors import DataRefusedError, LandingError
 from schemas.names import format_ds, parse_ds
+from schemas.progress import Progress, stderr_progress
 from schemas.registry import DatasetRegistry, load_dataset
 from schemas.spark import impression_record_schema
+from warehouse.command import counting_jobs, run_spark_job
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    counting_jobs,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import GateOutcome, audit_and_publish, new_run_id
 from warehouse.tables import CommitMetrics, persisted
 

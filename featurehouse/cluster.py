@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from schemas.errors import ConfigError, FeaturehouseError, run_command
+from schemas.errors import ConfigError, FeaturehouseError
+from schemas.exit import run_command
 from schemas.paths import default_home
+from schemas.progress import Progress, stderr_progress
 from schemas.settings import METASTORE_URL
-from warehouse.jobs import Progress, stderr_progress
 from warehouse.metastore import init_schema
 from warehouse.processes import pid_alive, port_open, stop, tail, wait_until_ready
 from warehouse.profiles import Profile, load_profile

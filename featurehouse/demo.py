@@ -37,10 +37,12 @@ import yaml
 from featurehouse.demo_catalog import CATALOG_QUESTIONS, dump, registry_as_of
 from featurehouse.demo_faults import break_release, plant_malformed
 from featurehouse.demo_stream import stream_and_compare
-from schemas.errors import DataRefusedError, run_command
+from schemas.errors import DataRefusedError
+from schemas.exit import run_command
 from schemas.names import parse_ds, validate_name
 from schemas.paths import landing_location
-from warehouse.jobs import add_common_arguments, common_settings, stderr_progress
+from schemas.progress import stderr_progress
+from warehouse.flags import add_common_arguments, common_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -24,7 +24,8 @@ from ingest.job_reader import open_reader
 from ingest.read_command import record, summarize
 from ingest.spec import load_spec
 from schemas.config import JobConfig
-from schemas.errors import ConfigError, run_command
+from schemas.errors import ConfigError
+from schemas.exit import run_command
 from schemas.names import format_ds
 from schemas.paths import default_home, warehouse_location
 

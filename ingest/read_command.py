@@ -23,7 +23,8 @@ from ingest.spec import load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
 from schemas.config import JobConfig
-from schemas.errors import ConfigError, run_command
+from schemas.errors import ConfigError
+from schemas.exit import run_command
 from schemas.names import format_ds
 from schemas.paths import default_home, warehouse_location
 

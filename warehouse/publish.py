@@ -34,7 +34,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from schemas.catalog import QUALITY_GATE, QUALITY_GATE_SCHEMA, catalog_table
-from schemas.errors import ConfigError, TableError, first_line
+from schemas.errors import ConfigError, TableError
+from schemas.exit import first_line
 from schemas.names import format_ds, validate_name
 from schemas.registry import DatasetRegistry
 from warehouse.quality import QualityReport, trailing_history, validate

@@ -68,17 +68,13 @@ from schemas.criteo import (
 )
 from schemas.errors import ConfigError, DataRefusedError, RegistryError
 from schemas.names import format_ds, parse_ds
+from schemas.progress import Progress, stderr_progress
 from schemas.registry import DEFAULT_REGISTRY_DIR, DatasetRegistry, load_registry
 from schemas.spark import feature_type
+from warehouse.command import run_spark_job
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import CommitMetrics, persisted
 

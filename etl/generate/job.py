@@ -37,7 +37,8 @@ from etl.generate import features as gf
 from etl.generate import jsonl as gj
 from etl.generate import world as gw
 from schemas.paths import default_home, landing_location
-from schemas.errors import ConfigError, run_command
+from schemas.errors import ConfigError
+from schemas.exit import run_command
 from schemas.names import format_ds, parse_ds
 from schemas.registry import DatasetRegistry, load_dataset
 

@@ -26,7 +26,8 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from etl.kafka.admin import BrokerError, answers, create_topics
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
-from schemas.errors import ConfigError, LandingError, run_command
+from schemas.errors import ConfigError, LandingError
+from schemas.exit import run_command
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.paths import default_home, landing_location
 

@@ -31,14 +31,10 @@ from pyspark.sql import SparkSession
 from schemas.config import DatasetJobConfig
 from schemas.errors import ConfigError, DataRefusedError, TableError
 from schemas.names import format_ds, parse_ds
+from schemas.progress import Progress, stderr_progress
 from schemas.registry import load_dataset
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.command import run_spark_job
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import (
     Decision,
     Override,

@@ -43,20 +43,16 @@ from etl.records.quarantine import quarantine_table
 from schemas.config import SparkJobConfig
 from schemas.errors import ConfigError
 from schemas.names import format_ds, parse_ds, validate_name
+from schemas.progress import Progress, stderr_progress
 from schemas.registry import (
     PARTITION_COLUMN,
     DatasetRegistry,
     load_dataset,
     registry_datasets,
 )
+from warehouse.command import run_spark_job
 from warehouse.confs import runtime_confs
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.tables import current_version, retry_conflicts, table_name
 
 #: Delta's default of ``delta.deletedFileRetentionDuration``, what VACUUM keeps when the table sets none.

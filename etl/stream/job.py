@@ -61,16 +61,12 @@ from schemas.errors import (
     LandingError,
 )
 from schemas.names import format_ds
+from schemas.progress import Progress, stderr_progress
 from schemas.redact import redact
 from schemas.registry import DatasetRegistry, load_dataset, parse_duration
+from warehouse.command import run_spark_job
 from warehouse.confs import runtime_confs
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import new_run_id
 
 

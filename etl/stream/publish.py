@@ -35,15 +35,11 @@ from schemas.bad_records import bad_fraction_limit, too_many_bad
 from schemas.config import DatasetJobConfig
 from schemas.errors import EXIT_REFUSED, DataRefusedError
 from schemas.names import format_ds, parse_ds
+from schemas.progress import Progress, stderr_progress
 from schemas.registry import DatasetRegistry, load_dataset
+from warehouse.command import run_spark_job
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import persisted
 
