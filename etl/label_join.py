@@ -76,7 +76,7 @@ from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_
 from schemas.config import DatasetJobConfig
 from schemas.errors import DataRefusedError, LandingError
 from schemas.names import format_ds, parse_ds
-from schemas.progress import Progress, stderr_progress
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DatasetRegistry, load_dataset
 from schemas.spark import impression_record_schema
 from warehouse.command import counting_jobs, run_spark_job
@@ -316,7 +316,7 @@ class _LabelCounts:
     orphans: int
 
 
-def _plan(spark: SparkSession, config: LabelJoinConfig, say: Progress) -> _Plan:
+def _plan(spark: SparkSession, config: LabelJoinConfig, progress: Progress) -> _Plan:
     """Load the registry, check the landing partitions, and bring the table's schema up to the registry."""
     registry = load_dataset(config.dataset, config.registry_dir)
     landing = Landing(config.landing_root)
@@ -325,7 +325,7 @@ def _plan(spark: SparkSession, config: LabelJoinConfig, say: Progress) -> _Plan:
     present_days = [d for d in days if path_exists(spark, landing.partition(RecordKind.LABELS, d))]
     table, changes = prepare_for_write(spark, registry)
     for change in changes:
-        say(f"{config.dataset}: {change.action.value} {change.detail}")
+        progress(f"{config.dataset}: {change.action.value} {change.detail}")
     return _Plan(new_run_id(), registry, landing, format_ds(config.ds), tuple(days), tuple(present_days),
                  window_open, table)  # fmt: skip
 
@@ -401,7 +401,7 @@ def _summary(config: LabelJoinConfig, plan: _Plan, found: _Quarantined, labels: 
 def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None, jobs: Callable[[], int]
          ) -> LabelJoinSummary:  # fmt: skip
     started = time.monotonic()
-    say = progress or (lambda _message: None)
+    say = progress or silent
     plan = _plan(spark, config, say)
     registry, ds = plan.registry, plan.ds
     now = dt.datetime.now(dt.UTC)
@@ -422,7 +422,7 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
             flat.unpersist()  # the rows are materialised: the parsed records are no longer needed
             gate = audit_and_publish(spark, registry, rows, table=plan.table, day=config.ds, run_id=plan.run_id,
                                      home=config.home, quarantined=(found.bad["impressions"], found.bad["labels"]),
-                                     say=say)  # fmt: skip
+                                     progress=say)  # fmt: skip
     summary = _summary(config, plan, found, label_counts, gate, elapsed_s=time.monotonic() - started,
                        spark_jobs=jobs())  # fmt: skip
     if not gate.report.success:

@@ -154,7 +154,7 @@ def run(config: DemoConfig) -> None:
             from ingest import read_command
 
             lines: list[str] = []
-            read_command.run(read_command.ReadConfig(job=DEMO_JOB, home=config.home, registry_dir=staged_dir), out=lines.append)
+            read_command.run(read_command.ReadConfig(job=DEMO_JOB, home=config.home, registry_dir=staged_dir), progress=lines.append)
             say(f"featurehouse read --job {DEMO_JOB.relative_to(DEMO_JOB.parent.parent)}", "\n".join(lines))
             _train(spark, config, staged_dir)
         say(f"featurehouse stream --dataset {config.dataset}_stream --source files --trigger available-now",
@@ -178,7 +178,7 @@ def _train(spark: SparkSession, config: DemoConfig, staged_dir: Path) -> None:
         lines: list[str] = []
         stderr_progress(f"training {path.name} (days 1-6, evaluated on day 7)")
         result = train.run(train.TrainConfig(job=path, home=config.home, registry_dir=staged_dir, restart=True),
-                           out=lines.append)  # fmt: skip
+                           progress=lines.append)  # fmt: skip
         cost = result.cost
         lines.append(f"  bytes read {cost.bytes_read:,} over its epochs and the evaluation: "
                      f"{cost.bytes_read / cost.bytes_all_columns:.1%} of what all columns of the same rows cost "

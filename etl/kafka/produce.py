@@ -18,7 +18,7 @@ import datetime as dt
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from schemas.errors import ConfigError, LandingError
 from schemas.exit import run_command
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.paths import default_home, landing_location
+from schemas.progress import Progress, silent
 
 KINDS = ("impressions", "labels")  # the landing record kinds, per hour, in this order
 HOURS = tuple(f"{hour:02d}" for hour in range(24))
@@ -199,9 +200,9 @@ def _lines(folder: Path) -> Iterator[bytes]:
                     yield line
 
 
-def run(config: ProduceConfig, *, progress: Callable[[str], None] | None = None) -> ProduceSummary:
+def run(config: ProduceConfig, *, progress: Progress | None = None) -> ProduceSummary:
     """Send the configured days to Kafka, flush, and return what was sent; raises if any line was not delivered."""
-    say = progress or (lambda _line: None)
+    say = progress or silent
     folders = _partitions(config)
     if not answers(config.bootstrap, CONNECT_TIMEOUT_S):
         raise BrokerError(f"no Kafka broker answered at --bootstrap {config.bootstrap} within {CONNECT_TIMEOUT_S:g}s; "

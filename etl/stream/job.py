@@ -61,7 +61,7 @@ from schemas.errors import (
     LandingError,
 )
 from schemas.names import format_ds
-from schemas.progress import Progress, stderr_progress
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.redact import redact
 from schemas.registry import DatasetRegistry, load_dataset, parse_duration
 from warehouse.command import run_spark_job
@@ -216,7 +216,7 @@ def run(spark: SparkSession, config: StreamConfig, *, progress: Progress | None 
 
 def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
          publisher: Callable[[dt.date], int] | None) -> StreamSummary:  # fmt: skip
-    say = progress or (lambda _message: None)
+    say = progress or silent
     started = time.monotonic()
     registry = load_dataset(config.dataset, config.registry_dir)
     tables = StreamTables(config.home, config.dataset)
@@ -271,7 +271,7 @@ class _Loop:
     tables: StreamTables
     writer: BatchWriter
     summary: StreamSummary
-    say: Progress
+    progress: Progress
     publisher: Callable[[dt.date], int]
     run_id: str
     last_batch: int = -1
@@ -308,7 +308,7 @@ class _Loop:
         watermark = _parse_time(progress.get("eventTime", {}).get("watermark"))
         s.watermark = max(filter(None, (s.watermark, watermark)), default=None)
         duration = int(progress.get("durationMs", {}).get("triggerExecution", 0))
-        self.say(f"stream {self.config.dataset} batch {batch_id}: {counts.input_records:,} records in, "
+        self.progress(f"stream {self.config.dataset} batch {batch_id}: {counts.input_records:,} records in, "
                  f"{counts.output_rows:,} rows staged, {counts.quarantined:,} quarantined, {counts.late_labels:,} late "
                  f"labels, watermark {watermark.isoformat() if watermark else '-'}, state {state_rows:,} rows / "
                  f"{memory / 2**20:.1f} MiB, {duration / 1000:.1f}s")  # fmt: skip
@@ -320,7 +320,7 @@ class _Loop:
                 "duration_ms": duration, "published": None}  # fmt: skip
 
     def _publish(self, through: dt.date) -> None:
-        self.say(f"stream {self.config.dataset}: days through {format_ds(through)} are closed; publishing them")
+        self.progress(f"stream {self.config.dataset}: days through {format_ds(through)} are closed; publishing them")
         status = self.publisher(through)
         if status == 0:
             self.published_through = through
@@ -335,17 +335,17 @@ class _Loop:
                 raise FeaturehouseError(f"stream {self.config.dataset}: {message}; run `featurehouse stream-publish "
                                         f"--dataset {self.config.dataset} --through {format_ds(through)}` once the "
                                         "metastore is free")  # fmt: skip
-            self.say(f"stream {self.config.dataset}: {message}; retried after the next micro-batch")
+            self.progress(f"stream {self.config.dataset}: {message}; retried after the next micro-batch")
 
 
 def _parse_time(text: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
-def _publish_process(config: StreamConfig, through: dt.date, say: Progress) -> int:
+def _publish_process(config: StreamConfig, through: dt.date, progress: Progress) -> int:
     """Run ``featurehouse stream-publish`` as a process of its own; its output goes to this one's stderr."""
     command = publish_command(config, through)
-    say("running " + redact(" ".join(command[1:])))
+    progress("running " + redact(" ".join(command[1:])))
     # Under spark-submit this process talks to its JVM through PYSPARK_GATEWAY_*: the child starts its own.
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_GATEWAY_")}
     return subprocess.run(command, stdout=sys.stderr, env=env, check=False).returncode

@@ -226,7 +226,7 @@ def test_dlrm_learns_the_planted_signal_from_the_import(imported):
     path = imported["path"].parent / "criteo_signal.yaml"
     path.write_text(yaml.safe_dump(job))
     result = run(TrainConfig(job=path, home=imported["home"], registry_dir=imported["registry_dir"],
-                             out=path.parent / "runs", device="cpu", restart=True), out=lambda _line: None)  # fmt: skip
+                             out=path.parent / "runs", device="cpu", restart=True), progress=lambda _line: None)  # fmt: skip
     got = result.metrics["click"]
     # Only I1 and C1 carry signal; the other 37 fields are noise. Random scores give 0.5, and the true click
     # probability (the best any model can do) about 0.81 on these rows; 15,000 training rows get a DLRM ~0.75.

@@ -69,7 +69,7 @@ def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_hom
         "labels": ["click"], "batch_size": 128, "seed": 3,
     }))  # fmt: skip
     lines: list[str] = []
-    usage = run(ReadConfig(job=job, home=spark_home, registry_dir=registry_dir), out=lines.append)
+    usage = run(ReadConfig(job=job, home=spark_home, registry_dir=registry_dir), progress=lines.append)
 
     reference = spark.table(table).toPandas()
     assert usage.rows_read == len(reference) == 500
