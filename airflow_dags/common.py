@@ -44,7 +44,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from schemas.errors import EXIT_REFUSED
 from schemas.paths import default_home, landing_location
-from schemas.landing_layout import SUCCESS_MARKER, Landing, Stream, label_days
+from schemas.landing_layout import SUCCESS_MARKER, Landing, RecordKind, label_days
 from schemas.names import NAME_PATTERN
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -169,8 +169,8 @@ def _closed(partition: str) -> bool:
     return (path / SUCCESS_MARKER).exists()
 
 
-def landing_ready(stream: str, context: Mapping[str, Any]) -> PokeReturnValue:
-    """Whether the landing partitions of ``stream`` that the ds's label join needs are all closed.
+def landing_ready(kind: str, context: Mapping[str, Any]) -> PokeReturnValue:
+    """Whether the landing partitions of ``kind`` that the ds's label join needs are all closed.
 
     Impressions: the ds itself. Labels: the ds through the day its longest attribution window closes.
     """
@@ -178,18 +178,18 @@ def landing_ready(stream: str, context: Mapping[str, Any]) -> PokeReturnValue:
 
     settings = Settings.load()
     day = the_ds(context)
-    if stream == Stream.LABELS:
+    if kind == RecordKind.LABELS:
         registry = load_dataset(context["params"]["dataset"], settings.registry_dir)
         days = label_days(day, registry.max_window)
     else:
         days = [day]
-    partitions = [Landing(settings.landing).partition(Stream(stream), d) for d in days]
+    partitions = [Landing(settings.landing).partition(RecordKind(kind), d) for d in days]
     missing = [p for p in partitions if not _closed(p)]
     if missing:
         log.info("ds %s waits for %d of %d %s partitions (missing or without _SUCCESS): %s",
-                 day, len(missing), len(partitions), stream, ", ".join(missing))  # fmt: skip
+                 day, len(missing), len(partitions), kind, ", ".join(missing))  # fmt: skip
     else:
-        log.info("ds %s: all %d %s partitions are closed", day, len(partitions), stream)
+        log.info("ds %s: all %d %s partitions are closed", day, len(partitions), kind)
     return PokeReturnValue(is_done=not missing, xcom_value=partitions)
 
 

@@ -17,7 +17,7 @@ For each job and each layout, every file's job columns are read with pyarrow:
 * **coalesced**: ``pq.ParquetFile(pre_buffer=True)``, pyarrow's range coalescing (column chunks
   less than 8 KiB apart are merged into one request, up to 32 MiB);
 * **per chunk**: ``pre_buffer=False``, one request per column chunk, as featurehouse's reader
-  reads today (``ingest/read.py``).
+  reads today (``ingest/projected_reads.py``).
 
 Counted: read requests after the footer and bytes read, through a file wrapper; and the read
 time with ``--latency-ms`` added to every request (a sleep, standing in for object storage's

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ingest.read import CountingFile, IoCounter
+from ingest.projected_reads import CountingFile, IoCounter
 
 _STARTED = time.perf_counter()
 
@@ -76,7 +76,7 @@ def spread(fig: dict, unit: str = "s", digits: int = 2) -> str:
 
 
 class CountedFile(CountingFile):
-    """ingest.read's counting file over a local path, that also counts read requests and sleeps ``latency``
+    """The counting file of ingest.projected_reads over a local path, that also counts read requests and sleeps ``latency``
     seconds before each (object storage's first-byte latency, stood in for)."""
 
     def __init__(self, path: str, latency: float) -> None:

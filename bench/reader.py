@@ -44,9 +44,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ingest.job_reader import Converter
 from ingest.loader import ResumableLoader, SnapshotDataset
-from ingest.read import IoCounter
-from ingest.reader import Converter
+from ingest.projected_reads import IoCounter
 from ingest.snapshot import open_snapshot
 from ingest.transforms import parse_transforms
 from schemas.registry import Kind, parse_registry

@@ -488,7 +488,7 @@ def kafka_append_times(spark, bootstrap: str, topics: list[str]):
 def freshness(spark, listener, home: Path, impressions: int, rate: float, seconds: float, interval: int,
               timeout_s: float) -> dict:  # fmt: skip
     from etl.kafka.broker import local_broker
-    from etl.records.landing import Stream
+    from etl.records.landing import RecordKind
     from etl.stream import job as stream
     from etl.stream.tables import StreamTables
 
@@ -503,7 +503,7 @@ def freshness(spark, listener, home: Path, impressions: int, rate: float, second
         config = stream.StreamConfig(dataset=DATASET, home=run_home, source=stream.Source.KAFKA,
                                      trigger=stream.Trigger.CONTINUOUS, interval=dt.timedelta(seconds=interval),
                                      bootstrap=broker.bootstrap, publish=False)  # fmt: skip
-        topics = [config.topic(s) for s in (Stream.IMPRESSIONS, Stream.LABELS)]
+        topics = [config.topic(s) for s in (RecordKind.IMPRESSIONS, RecordKind.LABELS)]
         create_append_time_topics(broker.bootstrap, topics)
         say(f"broker {broker.bootstrap}; topics {', '.join(topics)} (LogAppendTime); sending {days} days of "
             f"{impressions:,} impressions at {rate:g} lines/s")  # fmt: skip

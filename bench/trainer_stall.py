@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from bench.reader import bench_dataset, build_table, job_columns, registry
+from ingest.job_reader import open_reader
 from ingest.loader import PREFETCH, ResumableLoader, SnapshotDataset
-from ingest.reader import open_reader
 from ingest.spec import load_spec
 from trainer.model import DLRM, ModelShape, model_shape
 from trainer.train import SPARSE_OPTIMIZERS, job_optimizer, pick_device, train_step

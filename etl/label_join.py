@@ -54,9 +54,9 @@ from etl.records.flatten import flatten_impressions
 from etl.records.landing import (
     RAW_COLUMN,
     Landing,
-    Stream,
-    empty_files,
+    RecordKind,
     SUCCESS_MARKER,
+    empty_files,
     empty_labels,
     label_days,
     path_exists,
@@ -77,17 +77,12 @@ from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_
 from schemas.config import DatasetJobConfig
 from schemas.errors import DataRefusedError, LandingError
 from schemas.names import format_ds, parse_ds
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DatasetRegistry, load_dataset
 from schemas.spark import impression_record_schema
+from warehouse.command import counting_jobs, run_spark_job
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    counting_jobs,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import GateOutcome, audit_and_publish, new_run_id
 from warehouse.tables import CommitMetrics, persisted
 
@@ -203,7 +198,7 @@ def check_partitions(landing: Landing, config: LabelJoinConfig, days: Sequence[d
     ``exists`` tells whether a path exists: Hadoop's FileSystem in a session, the local disk before one.
     """
     is_closed = lambda partition: exists(f"{partition}/{SUCCESS_MARKER}")  # noqa: E731
-    impression_dir = landing.partition(Stream.IMPRESSIONS, config.ds)
+    impression_dir = landing.partition(RecordKind.IMPRESSIONS, config.ds)
     if not exists(impression_dir):
         raise LandingError(
             f"impression partition {impression_dir} does not exist; generate or land the logs of "
@@ -214,9 +209,9 @@ def check_partitions(landing: Landing, config: LabelJoinConfig, days: Sequence[d
             f"impression partition {impression_dir} is not closed (no _SUCCESS marker): the day's logs are "
             "still arriving; wait for the marker"
         )
-    open_days = [d for d in days if not is_closed(landing.partition(Stream.LABELS, d))]
+    open_days = [d for d in days if not is_closed(landing.partition(RecordKind.LABELS, d))]
     if open_days and not config.allow_open_window:
-        first = landing.partition(Stream.LABELS, open_days[0])
+        first = landing.partition(RecordKind.LABELS, open_days[0])
         raise LandingError(
             f"the attribution windows of ds {format_ds(config.ds)} close only in label partitions "
             f"{format_ds(days[0])} .. {format_ds(days[-1])}, and {len(open_days)} of them are not closed yet "
@@ -232,7 +227,7 @@ def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, da
     published = {r.ds for r in spark.table(table).where(F.col("ds").isin(wanted)).select("ds").distinct().collect()}
     frames = [spark.table(table).where(F.col("ds").isin(sorted(published))).select("impression_id")]
     unpublished = [d for d in days if format_ds(d) not in published]
-    present = [d for d in unpublished if path_exists(spark, landing.partition(Stream.IMPRESSIONS, d))]
+    present = [d for d in unpublished if path_exists(spark, landing.partition(RecordKind.IMPRESSIONS, d))]
     if present:
         frames.append(read_impressions(spark, landing, present, StructType().add("impression_id", "string"))
                       .select("impression_id"))  # fmt: skip
@@ -244,11 +239,11 @@ def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, da
 
 @dataclass(frozen=True)
 class _Quarantined:
-    """What the quarantine step found: the day's record counts, bad records by stream and by problem."""
+    """What the quarantine step found: the day's record counts, bad records by record kind and by problem."""
 
     impressions_read: int
     label_records: int
-    bad: Mapping[str, int]  # stream -> bad records (empty files not counted)
+    bad: Mapping[str, int]  # record kind -> bad records (empty files not counted)
     problems: Mapping[str, int]  # problem code -> quarantined rows (empty files included)
     table: str
     unknown_features: tuple[str, ...]
@@ -268,27 +263,27 @@ def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetR
         F.array_distinct(F.flatten(F.collect_set(F.when(~is_bad, F.col("_unknown"))))).alias("unknown_names"),
     ).first()
     label_day = this_day_labels.agg(F.count(F.lit(1)).alias("read"), F.count_if(is_bad).alias("bad")).first()
-    bad = {Stream.IMPRESSIONS.value: int(imp_stats["bad"]), Stream.LABELS.value: int(label_day["bad"])}
-    empties = {stream.value: empty_files(spark, [landing.partition(stream, config.ds)]) for stream in Stream}
-    rows = empty_file_rows(spark, [], Stream.IMPRESSIONS.value, ds, run_id, now)
+    bad = {RecordKind.IMPRESSIONS.value: int(imp_stats["bad"]), RecordKind.LABELS.value: int(label_day["bad"])}
+    empties = {kind.value: empty_files(spark, [landing.partition(kind, config.ds)]) for kind in RecordKind}
+    rows = empty_file_rows(spark, [], RecordKind.IMPRESSIONS.value, ds, run_id, now)
     problems: dict[str, int] = {}
     if any(bad.values()) or any(empties.values()):  # reasons are worked out only when there are bad records
         known_types = [label.name for label in registry.labels]
         rows = (
-            quarantine_rows(with_impression_problem(flat.where(is_bad), registry, ds), flat, Stream.IMPRESSIONS.value,
+            quarantine_rows(with_impression_problem(flat.where(is_bad), registry, ds), flat, RecordKind.IMPRESSIONS.value,
                             run_id, now)
             .unionByName(quarantine_rows(with_label_problem(this_day_labels.where(is_bad), known_types), raw_labels,
-                                         Stream.LABELS.value, run_id, now))
-            .unionByName(empty_file_rows(spark, empties[Stream.IMPRESSIONS.value], Stream.IMPRESSIONS.value, ds, run_id, now))
-            .unionByName(empty_file_rows(spark, empties[Stream.LABELS.value], Stream.LABELS.value, ds, run_id, now))
+                                         RecordKind.LABELS.value, run_id, now))
+            .unionByName(empty_file_rows(spark, empties[RecordKind.IMPRESSIONS.value], RecordKind.IMPRESSIONS.value, ds, run_id, now))
+            .unionByName(empty_file_rows(spark, empties[RecordKind.LABELS.value], RecordKind.LABELS.value, ds, run_id, now))
         )  # fmt: skip
         problems = {r["problem"]: r["count"] for r in rows.groupBy("problem").count().collect()}
     table = write_quarantine(spark, config.dataset, config.ds, rows, empty=not problems)
     found = _Quarantined(int(imp_stats["read"]), int(label_day["read"]), bad, problems, table,
                          tuple(sorted(imp_stats["unknown_names"] or [])), int(imp_stats["unknown_values"] or 0))  # fmt: skip
     limit = bad_fraction_limit(registry.quality, config.max_bad_fraction)
-    for stream, read in ((Stream.IMPRESSIONS.value, found.impressions_read), (Stream.LABELS.value, found.label_records)):
-        if too_many := too_many_bad(bad[stream], read, limit, what=f"{stream} records of ds {ds}"):
+    for kind, read in ((RecordKind.IMPRESSIONS.value, found.impressions_read), (RecordKind.LABELS.value, found.label_records)):
+        if too_many := too_many_bad(bad[kind], read, limit, what=f"{kind} records of ds {ds}"):
             raise DataRefusedError(
                 f"{too_many}; nothing was staged or published. They are in {table} "
                 f"(SELECT problem, reason, source_file, line FROM {table} WHERE ds = '{ds}'); fix the "
@@ -334,16 +329,16 @@ class _LabelCounts:
     orphans: int
 
 
-def _plan(spark: SparkSession, config: LabelJoinConfig, say: Progress) -> _Plan:
+def _plan(spark: SparkSession, config: LabelJoinConfig, progress: Progress) -> _Plan:
     """Load the registry, check the landing partitions, and bring the table's schema up to the registry."""
     registry = load_dataset(config.dataset, config.registry_dir)
     landing = Landing(config.landing_root)
     days = label_days(config.ds, registry.max_window)
     window_open = check_partitions(landing, config, days, exists=partial(path_exists, spark))
-    present_days = [d for d in days if path_exists(spark, landing.partition(Stream.LABELS, d))]
+    present_days = [d for d in days if path_exists(spark, landing.partition(RecordKind.LABELS, d))]
     table, changes = prepare_for_write(spark, registry)
     for change in changes:
-        say(f"{config.dataset}: {change.action.value} {change.detail}")
+        progress(f"{config.dataset}: {change.action.value} {change.detail}")
     return _Plan(new_run_id(), registry, landing, format_ds(config.ds), tuple(days), tuple(present_days),
                  window_open, table)  # fmt: skip
 
@@ -419,7 +414,7 @@ def _summary(config: LabelJoinConfig, plan: _Plan, found: _Quarantined, labels: 
 def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None, jobs: Callable[[], int]
          ) -> LabelJoinSummary:  # fmt: skip
     started = time.monotonic()
-    say = progress or (lambda _message: None)
+    say = progress or silent
     plan = _plan(spark, config, say)
     registry, ds = plan.registry, plan.ds
     now = dt.datetime.now(dt.UTC)
@@ -440,7 +435,7 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
             flat.unpersist()  # the rows are materialised: the parsed records are no longer needed
             gate = audit_and_publish(spark, registry, rows, table=plan.table, day=config.ds, run_id=plan.run_id,
                                      home=config.home, quarantined=(found.bad["impressions"], found.bad["labels"]),
-                                     say=say)  # fmt: skip
+                                     progress=say)  # fmt: skip
     summary = _summary(config, plan, found, label_counts, gate, elapsed_s=time.monotonic() - started,
                        spark_jobs=jobs())  # fmt: skip
     if not gate.report.success:

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from schemas.errors import ConfigError, FeaturehouseError, run_command
+from schemas.errors import ConfigError, FeaturehouseError
+from schemas.exit import run_command
 from schemas.paths import default_home
+from schemas.progress import Progress, stderr_progress
 from schemas.settings import METASTORE_URL
-from warehouse.jobs import Progress, stderr_progress
 from warehouse.metastore import init_schema
 from warehouse.processes import pid_alive, port_open, stop, tail, wait_until_ready
 from warehouse.profiles import Profile, load_profile
@@ -118,13 +119,13 @@ class Postgres:
             raise ConfigError(f"PostgreSQL runs as the postgres user here (it refuses root), and that user cannot "
                               f"reach {folder}; pass --postgres-dir DIR, a folder it can (e.g. under /var/tmp)")  # fmt: skip
 
-    def start(self, say: Progress) -> None:
+    def start(self, progress: Progress) -> None:
         if self.running():
-            say(f"postgresql: running on 127.0.0.1:{self.port} ({self.data})")
+            progress(f"postgresql: running on 127.0.0.1:{self.port} ({self.data})")
             return
         self._prepare()
         if not (self.data / "PG_VERSION").exists():
-            say(f"postgresql: initdb {self.data}")
+            progress(f"postgresql: initdb {self.data}")
             initdb = [pg_bin("initdb"), "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8", "--no-instructions"]
             done = subprocess.run(as_postgres(initdb), capture_output=True, text=True)
             if done.returncode != 0:
@@ -134,22 +135,22 @@ class Postgres:
                                            "-w", "-t", "60", "start"]), capture_output=True, text=True)  # fmt: skip
         if done.returncode != 0:
             raise FeaturehouseError(f"PostgreSQL did not start on port {self.port}; its log: {self.log}\n{tail(self.log, 5)}")
-        say(f"postgresql: up on 127.0.0.1:{self.port}")
+        progress(f"postgresql: up on 127.0.0.1:{self.port}")
 
-    def create_database(self, name: str, say: Progress) -> None:
+    def create_database(self, name: str, progress: Progress) -> None:
         psql = [pg_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", "postgres", "-tAc"]
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
             raise ConfigError(f"metastore database {name!r}: use lower-case letters, digits and _")
         found = subprocess.run([*psql, f"SELECT 1 FROM pg_database WHERE datname = '{name}'"], capture_output=True, text=True)
         if found.stdout.strip() != "1":
             subprocess.run([*psql, f'CREATE DATABASE "{name}"'], capture_output=True, text=True, check=True)
-            say(f"postgresql: created database {name}")
+            progress(f"postgresql: created database {name}")
 
-    def stop(self, say: Progress) -> None:
+    def stop(self, progress: Progress) -> None:
         if self.running():
             subprocess.run(as_postgres([pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"]),
                            capture_output=True, check=False)  # fmt: skip
-            say("postgresql: stopped")
+            progress("postgresql: stopped")
 
 
 # ---------------------------------------------------------------- JVM services (pid file + log)
@@ -186,14 +187,14 @@ class Service:
         self.pid_file.write_text(str(process.pid))
         return process
 
-    def stop(self, say: Progress, timeout_s: float = 30.0) -> None:
+    def stop(self, progress: Progress, timeout_s: float = 30.0) -> None:
         pid = self.pid()
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return
         stop(pid, timeout_s=timeout_s, group=True)
         self.pid_file.unlink(missing_ok=True)
-        say(f"{self.name}: stopped")
+        progress(f"{self.name}: stopped")
 
 
 # ---------------------------------------------------------------- the cluster
@@ -231,35 +232,35 @@ class Cluster:
         return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
                 "SPARK_WORKER_DIR": str(self.state / "work")}  # fmt: skip
 
-    def up(self, say: Progress, *, thrift: bool = True) -> str:
+    def up(self, progress: Progress, *, thrift: bool = True) -> str:
         ends = self.endpoints
-        self.postgres.start(say)
-        self.postgres.create_database(ends.pg_database, say)
-        say(f"metastore: {init_schema(session_confs(self.home, self.settings)).format()}")
-        self._start_master(ends, say)
-        self._start_worker(ends, say)
+        self.postgres.start(progress)
+        self.postgres.create_database(ends.pg_database, progress)
+        progress(f"metastore: {init_schema(session_confs(self.home, self.settings)).format()}")
+        self._start_master(ends, progress)
+        self._start_worker(ends, progress)
         if thrift:
-            self.start_thrift(say)
+            self.start_thrift(progress)
         return self.status()
 
-    def _start_java(self, name: str, command: list[str], ready: Callable[[], bool], say: Progress) -> None:
+    def _start_java(self, name: str, command: list[str], ready: Callable[[], bool], progress: Progress) -> None:
         service = self.service(name)
         if service.pid() is not None:
-            say(f"{name}: running (pid {service.pid()})")
+            progress(f"{name}: running (pid {service.pid()})")
             return
         process = service.start(command, self.env())
         wait_until_ready(name, ready, process, service.log, timeout_s=START_TIMEOUT_S, interval_s=0.5, tail_lines=5)
-        say(f"{name}: up (pid {process.pid}, log {service.log})")
+        progress(f"{name}: up (pid {process.pid}, log {service.log})")
 
-    def _start_master(self, ends: Endpoints, say: Progress) -> None:
+    def _start_master(self, ends: Endpoints, progress: Progress) -> None:
         if port_open(ends.master_host, ends.master_port) and self.service("master").pid() is None:
             raise ConfigError(f"{ends.master_host}:{ends.master_port} is taken by another process; stop it or change "
                               f"spark.master in {self.profile.name}")  # fmt: skip
         command = [spark_bin("spark-class"), "org.apache.spark.deploy.master.Master", "--host", ends.master_host,
                    "--port", str(ends.master_port), "--webui-port", str(self.profile.cluster.master_ui_port)]  # fmt: skip
-        self._start_java("master", command, lambda: port_open(ends.master_host, ends.master_port), say)
+        self._start_java("master", command, lambda: port_open(ends.master_host, ends.master_port), progress)
 
-    def _start_worker(self, ends: Endpoints, say: Progress) -> None:
+    def _start_worker(self, ends: Endpoints, progress: Progress) -> None:
         services = self.profile.cluster
         log = self.service("worker").log
         registered = log.read_text(errors="replace").count("Successfully registered with master") if log.exists() else 0
@@ -268,9 +269,9 @@ class Cluster:
                    "--cores", str(services.cores()), "--memory", services.worker_memory,
                    "--work-dir", str(self.state / "work"), "--webui-port", str(services.worker_ui_port)]  # fmt: skip
         ready = lambda: log.read_text(errors="replace").count("Successfully registered with master") > registered  # noqa: E731
-        self._start_java("worker", command, ready, say)
+        self._start_java("worker", command, ready, progress)
 
-    def start_thrift(self, say: Progress) -> None:
+    def start_thrift(self, progress: Progress) -> None:
         """The Spark Thrift server (HiveServer2's protocol: beeline, JDBC, ODBC) on the shared metastore."""
         ends = self.endpoints
         # Delta on the driver's own classpath too: the server's JDBC sessions load the catalog from it, not spark.jars
@@ -279,12 +280,12 @@ class Cluster:
         command = [spark_bin("spark-submit"), "--class", THRIFT_CLASS, *spark_submit_args(self.home, settings),
                    "spark-internal", "--hiveconf", f"hive.server2.thrift.port={ends.thrift_port}",
                    "--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"]  # fmt: skip
-        self._start_java("thrift", command, lambda: port_open("127.0.0.1", ends.thrift_port), say)
+        self._start_java("thrift", command, lambda: port_open("127.0.0.1", ends.thrift_port), progress)
 
-    def down(self, say: Progress) -> str:
+    def down(self, progress: Progress) -> str:
         for name in ("thrift", "worker", "master"):
-            self.service(name).stop(say)
-        self.postgres.stop(say)
+            self.service(name).stop(progress)
+        self.postgres.stop(progress)
         return self.status()
 
     def status(self) -> str:
@@ -302,13 +303,13 @@ class Cluster:
 
 
 @contextmanager
-def running(cluster: Cluster, *, thrift: bool = True, say: Progress = stderr_progress) -> Iterator[Cluster]:
+def running(cluster: Cluster, *, thrift: bool = True, progress: Progress = stderr_progress) -> Iterator[Cluster]:
     """The cluster up for the block and down after it, whatever happens (for tests and scripts)."""
     try:
-        cluster.up(say, thrift=thrift)
+        cluster.up(progress, thrift=thrift)
         yield cluster
     finally:
-        cluster.down(say)
+        cluster.down(progress)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

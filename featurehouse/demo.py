@@ -37,10 +37,12 @@ import yaml
 from featurehouse.demo_catalog import CATALOG_QUESTIONS, dump, registry_as_of
 from featurehouse.demo_faults import break_release, plant_malformed
 from featurehouse.demo_stream import stream_and_compare
-from schemas.errors import DataRefusedError, run_command
+from schemas.errors import DataRefusedError
+from schemas.exit import run_command
 from schemas.names import parse_ds, validate_name
 from schemas.paths import landing_location
-from warehouse.jobs import add_common_arguments, common_settings, stderr_progress
+from schemas.progress import stderr_progress
+from warehouse.flags import add_common_arguments, common_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -149,10 +151,10 @@ def run(config: DemoConfig) -> None:
         )
         say(f"featurehouse catalog stats --dataset {config.dataset} --ds ... ({config.days} partitions)", stats.format())
         if config.dataset == "ads":
-            from ingest import job
+            from ingest import read_command
 
             lines: list[str] = []
-            job.run(job.ReadConfig(job=DEMO_JOB, home=config.home, registry_dir=staged_dir), out=lines.append)
+            read_command.run(read_command.ReadConfig(job=DEMO_JOB, home=config.home, registry_dir=staged_dir), progress=lines.append)
             say(f"featurehouse read --job {DEMO_JOB.relative_to(DEMO_JOB.parent.parent)}", "\n".join(lines))
             _train(spark, config, staged_dir)
         say(f"featurehouse stream --dataset {config.dataset}_stream --source files --trigger available-now",
@@ -176,7 +178,7 @@ def _train(spark: SparkSession, config: DemoConfig, staged_dir: Path) -> None:
         lines: list[str] = []
         stderr_progress(f"training {path.name} (days 1-6, evaluated on day 7)")
         result = train.run(train.TrainConfig(job=path, home=config.home, registry_dir=staged_dir, restart=True),
-                           out=lines.append)  # fmt: skip
+                           progress=lines.append)  # fmt: skip
         cost = result.cost
         lines.append(f"  bytes read {cost.bytes_read:,} over its epochs and the evaluation: "
                      f"{cost.bytes_read / cost.bytes_all_columns:.1%} of what all columns of the same rows cost "

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurehouse.demo_catalog import dump, registry_as_of
-from warehouse.jobs import stderr_progress
+from schemas.progress import stderr_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

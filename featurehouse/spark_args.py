@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from schemas.errors import ConfigError, run_command
+from schemas.errors import ConfigError
+from schemas.exit import run_command
 from schemas.redact import redact, secret_values
-from warehouse.jobs import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.session import spark_submit_args
 
 

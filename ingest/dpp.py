@@ -32,14 +32,15 @@ import os
 import pickle
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ingest.loader import SnapshotDataset, check_plan, plan_key
-from ingest.read import IoCounter
+from ingest.projected_reads import IoCounter
 from schemas.errors import ConfigError
+from schemas.progress import Progress, silent
 
 #: seconds between progress lines
 REPORT_EVERY_S = 10.0
@@ -175,14 +176,14 @@ class DppLoader:
     interface: one epoch per iteration, ``counter``, ``delivered``, ``state_dict()``, ``close()``.
 
     ``workers`` (MIN, MAX) bounds the actor pool Ray Data scales (per rank); ``epochs`` lets one pipeline run on
-    into the following epochs, as the in-process batching thread does. Progress goes to ``say`` every
+    into the following epochs, as the in-process batching thread does. Progress goes to ``progress`` every
     ``report_every`` seconds and at each epoch's end; ``workers_seen`` maps each worker (node:pid) to the batches
     it made. ``split_rows``: see :func:`plan_splits`; ``pin_memory`` pins each batch for a CUDA copy. Needs a Ray
     connection (:func:`ray_session`).
     """
 
     def __init__(self, dataset: SnapshotDataset, *, workers: tuple[int, int] = (1, 2), epochs: int | None = None,
-                 say: Callable[[str], None] | None = None, report_every: float = REPORT_EVERY_S,
+                 progress: Progress | None = None, report_every: float = REPORT_EVERY_S,
                  split_rows: int = SPLIT_ROWS, pin_memory: bool = False) -> None:  # fmt: skip
         low, high = workers
         if not 1 <= low <= high:
@@ -191,7 +192,7 @@ class DppLoader:
             raise ConfigError(f"split_rows {split_rows} must be >= 1 (rows of whole windows per split)")
         self.dataset, self.workers, self.epochs = dataset, (low, high), epochs
         self.split_rows, self.pin_memory = split_rows, pin_memory
-        self.say, self.report_every = say or (lambda _line: None), report_every
+        self.progress, self.report_every = progress or silent, report_every
         self.delivered = 0
         self.counter = IoCounter(bytes_read=dataset.footer_bytes)  # the footers read to plan count too
         self.workers_seen: dict[str, int] = {}
@@ -290,7 +291,7 @@ class DppLoader:
         elapsed = max(now - self._started, 1e-9)
         alive = _alive_workers()
         stall = self.counter.wait_s / elapsed
-        self.say(f"  dpp: {'?' if alive is None else alive} workers alive, splits {self.splits_done:,} done / "
+        self.progress(f"  dpp: {'?' if alive is None else alive} workers alive, splits {self.splits_done:,} done / "
                  f"{len(self.splits) - self.splits_done:,} pending, {self.counter.rows / elapsed:,.0f} samples/s "
                  f"delivered, trainer stall {stall:.1%}")  # fmt: skip
 

@@ -40,7 +40,7 @@ from ingest.plan import (
     window_permutation,
     worker_windows,
 )
-from ingest.read import IoCounter, read_chunks, row_group_sizes
+from ingest.projected_reads import IoCounter, read_chunks, row_group_sizes
 from ingest.snapshot import Snapshot
 from schemas.errors import ConfigError, TableError
 from schemas.registry import DatasetRegistry

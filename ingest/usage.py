@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ingest.read import IoCounter
+from ingest.projected_reads import IoCounter
 from schemas.catalog import FEATURE_USAGE_SCHEMA
 from schemas.errors import ConfigError, TableError
 from schemas.names import JOB_ID_RULE, format_ds, parse_ds, valid_job_id, validate_name

@@ -2,16 +2,13 @@
 
 It lives in ``schemas`` because every other package may import ``schemas`` and
 ``schemas`` imports nothing of ours. A message says what was found, what is
-allowed, and how to fix it; the CLI prints it as one line and exits non-zero.
+allowed, and how to fix it; the CLI prints it as one line and exits non-zero
+(:func:`schemas.exit.run_command`).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
-
-from schemas.redact import redact
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -63,12 +60,6 @@ class DataRefusedError(FeaturehouseError):
         self.details = details
 
 
-def first_line(err: BaseException) -> str:
-    """The first line of an exception's message (Spark's run to pages), or its type when it has none."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def explain_validation(err: ValidationError, *, where: str = "", in_words: bool = False) -> str:
     """pydantic's report as one line: each problem ``<where>: <location>: <message>``, joined by ``; ``.
 
@@ -94,26 +85,3 @@ def explain_validation(err: ValidationError, *, where: str = "", in_words: bool 
             message = item["msg"].removeprefix("Value error, ")
             problems.append(f"{prefix}{message}" if where and not loc else f"{prefix}{key}: {message}")
     return "; ".join(problems)
-
-
-def run_command(body: Callable[[], str | None], secrets: Iterable[str] = ()) -> int:
-    """Run a command's body; print what it returns to stdout and exit 0.
-
-    A :class:`FeaturehouseError` becomes ``error: <message>`` on stderr and its
-    ``exit_status`` (2; 3 for refused data, whose summary is printed first), the one
-    place every ``main(argv)`` turns errors into an exit status. The message
-    is redacted first (:func:`schemas.redact.redact`): secret conf values, URL and JDBC
-    passwords, and every value in ``secrets``, which is read only then, so ``body``
-    may fill it (a list) once it knows them.
-    """
-    try:
-        output = body()
-    except FeaturehouseError as err:
-        details = getattr(err, "details", "")
-        if details:
-            print(redact(details, secrets), flush=True)
-        print(f"error: {redact(str(err), secrets)}", file=sys.stderr)
-        return err.exit_status
-    if output is not None:
-        print(output)
-    return 0

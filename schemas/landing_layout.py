@@ -18,7 +18,9 @@ from schemas.names import format_ds
 SUCCESS_MARKER = "_SUCCESS"
 
 
-class Stream(StrEnum):
+class RecordKind(StrEnum):
+    """The kinds of record the landing zone holds, one folder each."""
+
     IMPRESSIONS = "impressions"
     LABELS = "labels"
 
@@ -29,8 +31,8 @@ class Landing:
 
     root: str
 
-    def partition(self, stream: Stream, day: dt.date) -> str:
-        return f"{self.root.rstrip('/')}/{stream.value}/ds={format_ds(day)}"
+    def partition(self, kind: RecordKind, day: dt.date) -> str:
+        return f"{self.root.rstrip('/')}/{kind.value}/ds={format_ds(day)}"
 
 
 def label_days(day: dt.date, max_window: dt.timedelta) -> list[dt.date]:

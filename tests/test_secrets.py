@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from schemas.config import SparkJobConfig
-from schemas.errors import ConfigError, FeaturehouseError, run_command
+from schemas.errors import ConfigError, FeaturehouseError
+from schemas.exit import run_command
 from schemas.redact import REDACTED, is_secret_key, redact, redact_conf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,7 +72,7 @@ def test_run_command_redacts_the_error_message(capsys):
 
 
 def test_a_spark_job_masks_bare_conf_secrets_in_its_error(monkeypatch, capsys, tmp_path):
-    from warehouse import jobs
+    from warehouse import command
 
     @contextmanager
     def no_spark(home, conf):
@@ -80,9 +81,9 @@ def test_a_spark_job_masks_bare_conf_secrets_in_its_error(monkeypatch, capsys, t
     def run(spark, config):
         raise FeaturehouseError("the metastore refused login hunter2")  # the value alone, not key=value
 
-    monkeypatch.setattr(jobs, "spark_session", no_spark)
+    monkeypatch.setattr(command, "spark_session", no_spark)
     config = SparkJobConfig(home=tmp_path, spark_conf={PASSWORD_KEY: "hunter2", "spark.master": "local[1]"})
-    assert jobs.run_spark_job(lambda: config, run) == 2
+    assert command.run_spark_job(lambda: config, run) == 2
     err = capsys.readouterr().err
     assert "hunter2" not in err and err.strip() == f"error: the metastore refused login {REDACTED}"
 
@@ -96,7 +97,7 @@ def test_a_malformed_secret_conf_flag_is_not_echoed():
 
 
 def test_progress_lines_are_redacted(capsys):
-    from warehouse.jobs import stderr_progress
+    from schemas.progress import stderr_progress
 
     stderr_progress("connecting to jdbc:derby:;databaseName=x;password=hunter2")
     assert capsys.readouterr().err.rstrip().endswith(f";password={REDACTED}")

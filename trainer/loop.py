@@ -4,7 +4,6 @@ summaries, and the checkpoint that a rerun resumes from (``trainer/checkpoint.py
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 import torch
 
 from ingest.spec import JobSpec
+from schemas.progress import Progress
 from trainer.checkpoint import Checkpoint
 from trainer.model import DLRM
 
@@ -58,7 +58,7 @@ class Training:
     loader: Any  # ResumableLoader or DppLoader
     checkpoint: Checkpoint
     device: torch.device
-    say: Callable[[str], None]
+    progress: Progress
     check_ids: bool = False
     max_steps: int | None = None
     clock: StepClock = field(default_factory=StepClock)
@@ -79,8 +79,8 @@ class Training:
             return
         self.clock, self.history = StepClock(**restored.clock), restored.epochs
         self.resumed_from_step = self.clock.steps
-        self.say(f"resuming {self.spec.job_id} from {self.checkpoint.path} at step {self.clock.steps} (epoch "
-                 f"{self.loader.dataset.epoch + 1}, {self.loader.delivered} batches into it)")  # fmt: skip
+        self.progress(f"resuming {self.spec.job_id} from {self.checkpoint.path} at step {self.clock.steps} (epoch "
+                      f"{self.loader.dataset.epoch + 1}, {self.loader.delivered} batches into it)")  # fmt: skip
 
     def distribute(self, world_size: int) -> None:
         """Wrap the model for data parallel steps under torchrun (after resuming: the wrapper starts every rank
@@ -98,8 +98,8 @@ class Training:
             first = self.clock.steps
             epoch, losses = self._steps(loss_fn)
             if self.stopped:
-                self.say(f"stopped after step {self.clock.steps} (--max-steps); the checkpoint resumes it: "
-                         f"{self.checkpoint.path}")  # fmt: skip
+                self.progress(f"stopped after step {self.clock.steps} (--max-steps); the checkpoint resumes it: "
+                              f"{self.checkpoint.path}")  # fmt: skip
                 return
             self._end_epoch(epoch, self.clock.steps - first, losses)
 
@@ -138,6 +138,6 @@ class Training:
                    "samples_per_s": epoch.samples_per_s, "stall_fraction": epoch.stall_fraction}  # fmt: skip
         self.history.append(summary)
         self.save()
-        self.say(f"  epoch {summary['epoch']}/{self.spec.train.epochs}: {summary['steps']} steps, loss "
-                 f"{summary['loss']:.4f}, {epoch.samples_per_s:,.0f} samples/s, stall {epoch.stall_fraction:.1%} "
-                 f"(waited {epoch.wait_s:.2f}s, computed {epoch.compute_s:.2f}s)")  # fmt: skip
+        self.progress(f"  epoch {summary['epoch']}/{self.spec.train.epochs}: {summary['steps']} steps, loss "
+                      f"{summary['loss']:.4f}, {epoch.samples_per_s:,.0f} samples/s, stall {epoch.stall_fraction:.1%} "
+                      f"(waited {epoch.wait_s:.2f}s, computed {epoch.compute_s:.2f}s)")  # fmt: skip

@@ -21,7 +21,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,16 +36,18 @@ from ingest.dpp import (  # the module imports Ray only when a session starts
     parse_workers,
     ray_session,
 )
+from ingest.job_reader import open_reader
 from ingest.loader import PREFETCH, ResumableLoader
-from ingest.read import IoCounter
-from ingest.reader import open_reader
+from ingest.projected_reads import IoCounter
 from ingest.spec import JobSpec, load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
 from schemas.config import JobConfig
-from schemas.errors import ConfigError, run_command
+from schemas.errors import ConfigError
+from schemas.exit import run_command
 from schemas.names import format_ds
 from schemas.paths import default_home, warehouse_location
+from schemas.progress import Progress, silent
 from trainer.checkpoint import Checkpoint, save_checkpoint  # noqa: F401 (save_checkpoint: still importable here)
 from trainer.loop import StepClock, Training, train_step  # noqa: F401 (train_step: bench/trainer_stall.py's)
 from trainer.metrics import Metrics, evaluate
@@ -172,7 +174,7 @@ def _model(spec: JobSpec, shape, ranks: Ranks, device: torch.device) -> DLRM:
     return DLRM(dataclasses.replace(shape, sparse_gradients=sparse)).to(device)
 
 
-def _loader(config: TrainConfig, reader, *, epochs: int, ranks: Ranks, device: torch.device, say,
+def _loader(config: TrainConfig, reader, *, epochs: int, ranks: Ranks, device: torch.device, progress: Progress,
             stack: ExitStack):  # fmt: skip
     """The in-process loader, or with ``--dpp`` the preprocessing service's (its Ray session closed by ``stack``)."""
     if not config.dpp:
@@ -182,7 +184,7 @@ def _loader(config: TrainConfig, reader, *, epochs: int, ranks: Ranks, device: t
         raise ConfigError(f"--dpp under torchrun ({ranks.world_size} ranks) needs --address of a running Ray "
                           "cluster (`ray start --head`), so that the ranks share one; each rank reads its own share")
     stack.enter_context(ray_session(config.dpp_address))
-    loader = DppLoader(reader.dataset, workers=config.dpp_workers, epochs=epochs, say=say,
+    loader = DppLoader(reader.dataset, workers=config.dpp_workers, epochs=epochs, progress=progress,
                        pin_memory=device.type == "cuda")  # fmt: skip
     stack.callback(loader.close)
     return loader
@@ -227,7 +229,7 @@ def _plan_line(spec: JobSpec, shape, reader, ranks: Ranks, device: torch.device)
             f"batches of {spec.batch_size} per epoch per rank, {ranks.world_size} rank(s) on {device}")  # fmt: skip
 
 
-def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResult:
+def run(config: TrainConfig, *, progress: Progress = print) -> TrainResult:
     """Train the job's DLRM (resuming from this rank's checkpoint unless ``restart``), evaluate it unless
     ``max_steps`` stopped it, and report: the summary lines, metrics.json and the usage record."""
     spec, registry = _train_spec(config)
@@ -236,13 +238,13 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
     warehouse = warehouse_location(config.home)
     run_dir = config.out or config.home / "runs" / spec.job_id
     with distributed(device) as ranks, ExitStack() as stack:
-        say = out if ranks.main else (lambda _line: None)
+        say = progress if ranks.main else silent
         started_at = dt.datetime.now(dt.UTC)
         torch.manual_seed(spec.seed)
         model = _model(spec, shape, ranks, device)
         optimizer = job_optimizer(spec, model)
         reader = open_reader(spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
-        loader = _loader(config, reader, epochs=spec.train.epochs, ranks=ranks, device=device, say=say, stack=stack)
+        loader = _loader(config, reader, epochs=spec.train.epochs, ranks=ranks, device=device, progress=say, stack=stack)
         run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = Checkpoint.of_rank(run_dir, rank=ranks.rank, world_size=ranks.world_size)
         training = Training(spec, model, optimizer, loader, checkpoint, device, say, check_ids=shape.check_ids,
@@ -256,21 +258,21 @@ def run(config: TrainConfig, *, out: Callable[[str], None] = print) -> TrainResu
                                                  device=device)  # fmt: skip
         result = TrainResult(spec.job_id, metrics, training.clock, cost, run_dir, reader.snapshot.version,
                              training.resumed_from_step, training.history)  # fmt: skip
-        _report(result, spec, ranks, started_at=started_at, config=config, warehouse=warehouse, say=say)
+        _report(result, spec, ranks, started_at=started_at, config=config, warehouse=warehouse, progress=say)
         return result
 
 
 def _report(result: TrainResult, spec: JobSpec, ranks: Ranks, *, started_at: dt.datetime, config: TrainConfig,
-            warehouse: str, say: Callable[[str], None]) -> None:  # fmt: skip
+            warehouse: str, progress: Progress) -> None:  # fmt: skip
     """Add up every rank's reads, print the summary, write metrics.json and the usage record (rank 0)."""
     costs = _gather(ranks, (result.cost, vars(result.clock)))
     total, clock = _totals(costs, ranks)
     if not ranks.main or not result.metrics:
         return
-    _print_summary(result, total, clock, ranks, say)
+    _print_summary(result, total, clock, ranks, progress)
     _write_metrics(result, spec, total, clock, ranks, costs)
     if config.record:
-        _record(result, spec, total, clock, ranks, started_at=started_at, warehouse=warehouse, say=say)
+        _record(result, spec, total, clock, ranks, started_at=started_at, warehouse=warehouse, progress=progress)
 
 
 def _totals(costs: list[tuple[IoCounter, dict[str, Any]]], ranks: Ranks) -> tuple[IoCounter, StepClock]:
@@ -285,13 +287,13 @@ def _totals(costs: list[tuple[IoCounter, dict[str, Any]]], ranks: Ranks) -> tupl
 
 
 def _print_summary(result: TrainResult, total: IoCounter, clock: StepClock, ranks: Ranks,
-                   say: Callable[[str], None]) -> None:  # fmt: skip
+                   progress: Progress) -> None:  # fmt: skip
     for label, m in result.metrics.items():
-        say(f"  eval {label}: AUC {m.auc:.4f}, log loss {m.log_loss:.4f}, NE {m.normalized_entropy:.4f}, "
-            f"calibration {m.calibration:.3f} ({m.rows:,} rows, {m.positives:,} positives)")  # fmt: skip
-    say(f"  trained {clock.samples:,} samples in {clock.steps:,} steps: {clock.samples_per_s * ranks.world_size:,.0f} "
-        f"samples/s, stall {clock.stall_fraction:.1%}; read {total.bytes_read:,} bytes, all columns of the same "
-        f"rows: {total.bytes_all_columns:,}")  # fmt: skip
+        progress(f"  eval {label}: AUC {m.auc:.4f}, log loss {m.log_loss:.4f}, NE {m.normalized_entropy:.4f}, "
+                 f"calibration {m.calibration:.3f} ({m.rows:,} rows, {m.positives:,} positives)")  # fmt: skip
+    progress(f"  trained {clock.samples:,} samples in {clock.steps:,} steps: {clock.samples_per_s * ranks.world_size:,.0f} "
+             f"samples/s, stall {clock.stall_fraction:.1%}; read {total.bytes_read:,} bytes, all columns of the same "
+             f"rows: {total.bytes_all_columns:,}")  # fmt: skip
 
 
 def _write_metrics(result: TrainResult, spec: JobSpec, total: IoCounter, clock: StepClock, ranks: Ranks,
@@ -306,7 +308,7 @@ def _write_metrics(result: TrainResult, spec: JobSpec, total: IoCounter, clock: 
 
 
 def _record(result: TrainResult, spec: JobSpec, total: IoCounter, clock: StepClock, ranks: Ranks, *,
-            started_at: dt.datetime, warehouse: str, say: Callable[[str], None]) -> None:  # fmt: skip
+            started_at: dt.datetime, warehouse: str, progress: Progress) -> None:  # fmt: skip
     """The run's row in featurehouse_catalog.feature_usage: its ds range, reads, time split and stall."""
     days = sorted({*spec.days, *spec.train.eval_days})
     usage = UsageRecord(
@@ -316,7 +318,7 @@ def _record(result: TrainResult, spec: JobSpec, total: IoCounter, clock: StepClo
         samples_per_s=clock.samples_per_s * ranks.world_size, stall_fraction=clock.stall_fraction,
     )  # fmt: skip
     version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
-    say(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
+    progress(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:

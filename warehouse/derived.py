@@ -13,7 +13,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from schemas.errors import RegistryError, first_line
+from schemas.errors import RegistryError
+from schemas.exit import first_line
 from schemas.registry import DatasetRegistry, Feature
 from schemas.spark import feature_type, table_schema
 

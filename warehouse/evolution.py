@@ -29,7 +29,8 @@ from pyspark.sql.types import DataType
 from pyspark.errors import AnalysisException
 
 from schemas.settings import COLUMN_MAPPING_MODE
-from schemas.errors import RegistryError, TableError, first_line
+from schemas.errors import RegistryError, TableError
+from schemas.exit import first_line
 from schemas.registry import KEY_COLUMNS, PARTITION_COLUMN, DatasetRegistry, Feature, Status
 from schemas.spark import feature_type, table_schema
 from warehouse.derived import validate_derived

@@ -22,10 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas.errors import ConfigError, FeaturehouseError, run_command
+from schemas.errors import ConfigError, FeaturehouseError
+from schemas.exit import run_command
 from schemas.redact import secret_values
 from schemas.settings import METASTORE_URL
-from warehouse.jobs import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.processes import java
 from warehouse.session import metastore_driver_jars, session_confs
 

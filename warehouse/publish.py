@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -34,8 +33,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from schemas.catalog import QUALITY_GATE, QUALITY_GATE_SCHEMA, catalog_table
-from schemas.errors import ConfigError, TableError, first_line
+from schemas.errors import ConfigError, TableError
+from schemas.exit import first_line
 from schemas.names import format_ds, validate_name
+from schemas.progress import Progress, silent
 from schemas.registry import DatasetRegistry
 from warehouse.quality import QualityReport, trailing_history, validate
 from warehouse.catalog import ensure_catalog_table
@@ -165,7 +166,7 @@ class Override:
 def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: DataFrame, *, table: str, day: dt.date,
                       run_id: str, home: Path, quarantined: tuple[int | None, int | None] = (None, None),
                       staged: str | None = None, override: Override | None = None,
-                      say: Callable[[str], None] = lambda _line: None) -> GateOutcome:  # fmt: skip
+                      progress: Progress = silent) -> GateOutcome:  # fmt: skip
     """The gate on one partition's ``rows``: validate them against the trailing history of ``table``, write
     the report, publish them if they passed, record the decision.
 
@@ -181,15 +182,15 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
     staging = staged or staging_table(registry.dataset, day, run_id)
     report = report_path = None
     if override is None:
-        say(f"{registry.dataset} ds={ds}: validating the partition (quality gate)")
+        progress(f"{registry.dataset} ds={ds}: validating the partition (quality gate)")
         report = validate(rows, registry, day, trailing_history(spark, table, registry, day))
         report_path = write_report(home, report, run_id)
     commit = None
     if override is not None or report.success:
-        say(f"{registry.dataset} ds={ds}: publishing into {table}")
+        progress(f"{registry.dataset} ds={ds}: publishing into {table}")
         commit = publish(spark, table, rows, ds, source=staging)
     elif staged is None:
-        say(f"{registry.dataset} ds={ds}: refused; keeping the rows in {staging}")
+        progress(f"{registry.dataset} ds={ds}: refused; keeping the rows in {staging}")
         stage(spark, rows, staging)
     decision = Decision.PUBLISHED if override is None else Decision.FORCED
     record(spark, GateRecord(

@@ -38,9 +38,11 @@ from pyspark.sql import SparkSession
 from schemas.config import SparkJobConfig
 from schemas.delta_arrow import column_mapping_message
 from schemas.settings import COLUMN_MAPPING_MODE
-from schemas.errors import ConfigError, FeaturehouseError, first_line
+from schemas.errors import ConfigError, FeaturehouseError
+from schemas.exit import first_line
 from schemas.redact import redact
-from warehouse.jobs import add_common_arguments, common_settings, run_spark_job
+from warehouse.command import run_spark_job
+from warehouse.flags import add_common_arguments, common_settings
 
 #: Rows printed when neither --limit nor --all is given.
 DEFAULT_LIMIT = 1000

@@ -32,11 +32,11 @@ from schemas.catalog import DENSE_QUANTILES, FEATURE_STATS, FEATURE_STATS_SCHEMA
 from schemas.delta_snapshot import open_snapshot, physical_names
 from schemas.errors import ConfigError, InvalidNameError, TableError
 from schemas.names import format_ds, parse_ds, validate_name
+from schemas.progress import Progress, silent
 from schemas.registry import PARTITION_COLUMN, DatasetRegistry, Feature, Kind
 from warehouse.catalog import ensure_catalog
 from warehouse.evolution import check_type
 from warehouse.footers import bytes_by_column
-from warehouse.jobs import Progress
 from warehouse.tables import overwrite_where, persisted, table_name
 
 #: ``percentile_approx`` accuracy (Spark's default): rank error about values / accuracy; exact (every
@@ -216,7 +216,7 @@ def compute_partition_stats(
     skipped and listed in the result. An empty or missing ds is a :class:`TableError`.
     """
     started = time.monotonic()
-    say = progress or (lambda _message: None)
+    say = progress or silent
     day = parse_ds(ds)
     ds = format_ds(day)
     table = _validate_table(table or table_name(registry.dataset))

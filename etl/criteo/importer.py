@@ -69,17 +69,13 @@ from schemas.criteo import (
 from schemas.errors import ConfigError, DataRefusedError, RegistryError
 from schemas.names import format_ds, parse_ds
 from schemas.paths import local_path
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DEFAULT_REGISTRY_DIR, DatasetRegistry, load_registry
 from schemas.spark import feature_type
+from warehouse.command import run_spark_job
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import CommitMetrics, persisted
 
@@ -355,7 +351,7 @@ def ensure_registry(dataset: str, registry_dir: Path | None) -> tuple[DatasetReg
 
 def _import_day(spark: SparkSession, config: CriteoImportConfig, registry: DatasetRegistry, table: str,
                 numbered: DataFrame, counts: Mapping[str, object], *, day: dt.date, source: str, file_empty: bool,
-                run_id: str, now: dt.datetime, say: Progress) -> DayResult:  # fmt: skip
+                run_id: str, now: dt.datetime, progress: Progress) -> DayResult:  # fmt: skip
     """Quarantine one day's bad lines, then stage, validate and publish its rows (unless refused first)."""
     ds = format_ds(day)
     lines, bad, clicks, first = (int(counts.get(k) or 0) for k in ("lines", "bad", "clicks", "first"))
@@ -374,10 +370,10 @@ def _import_day(spark: SparkSession, config: CriteoImportConfig, registry: Datas
     if too_many := too_many_bad(bad, lines, bad_fraction_limit(registry.quality, config.max_bad_fraction), what="lines"):
         return replace(result, refused=f"{too_many}; nothing was staged. Fix the file, or allow more with "
                        "--max-bad-fraction")  # fmt: skip
-    say(f"{config.dataset} ds={ds}: {lines:,} lines ({bad:,} quarantined)")
+    progress(f"{config.dataset} ds={ds}: {lines:,} lines ({bad:,} quarantined)")
     with persisted(table_rows(in_day.where(F.col(VALID_COLUMN)), registry, _file_name(source), day)) as rows:
         gate = audit_and_publish(spark, registry, rows, table=table, day=day, run_id=run_id, home=config.home,
-                                 quarantined=(bad, None), say=say)  # fmt: skip
+                                 quarantined=(bad, None), progress=progress)  # fmt: skip
     refused = None if gate.published else (f"failed {len(gate.report.failures)} of {len(gate.report.checks)} quality "
                                            f"expectations ({table} is unchanged for this ds)")  # fmt: skip
     return replace(result, staging_table=None if gate.published else gate.staged, gate=tuple(gate.report.summary_lines()),
@@ -387,7 +383,7 @@ def _import_day(spark: SparkSession, config: CriteoImportConfig, registry: Datas
 def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress | None = None) -> CriteoImportSummary:
     """Import the files day by day; see the module docstring. Raises :class:`DataRefusedError` if a day was refused."""
     started = time.monotonic()
-    say = progress or (lambda _message: None)
+    say = progress or silent
     run_id = new_run_id()
     uris = [_uri(f) for f in config.files]
     missing = [f for f, uri in zip(config.files, uris, strict=True) if not path_exists(spark, uri)]
@@ -418,7 +414,7 @@ def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress |
             say(f"{config.dataset}: {total:,} lines in {_file_name(uri)}, {bad:,} malformed")
             for day in days:
                 result = _import_day(spark, config, registry, table, numbered, counts.get(format_ds(day), {}), day=day,
-                                     source=uri, file_empty=total == 0, run_id=run_id, now=now, say=say)  # fmt: skip
+                                     source=uri, file_empty=total == 0, run_id=run_id, now=now, progress=say)  # fmt: skip
                 results.append(result)
                 say(result.format())
         finally:

@@ -27,7 +27,6 @@ import argparse
 import datetime as dt
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,8 +36,10 @@ from etl.generate import features as gf
 from etl.generate import jsonl as gj
 from etl.generate import world as gw
 from schemas.paths import default_home, landing_location
-from schemas.errors import ConfigError, run_command
+from schemas.errors import ConfigError
+from schemas.exit import run_command
 from schemas.names import format_ds, parse_ds
+from schemas.progress import Progress, silent
 from schemas.registry import DatasetRegistry, load_dataset
 
 CHUNK_ROWS = 4096  # rows rendered at a time (bounds memory)
@@ -346,9 +347,9 @@ def _write_labels(landing: Path, plan: _Plan, lab: gw.Labels, copy: np.ndarray) 
     return days
 
 
-def run(config: GenerateConfig, *, progress: Callable[[str], None] | None = None) -> GenerateSummary:
+def run(config: GenerateConfig, *, progress: Progress | None = None) -> GenerateSummary:
     """Generate the configured days into ``config.home/landing`` and return what was written."""
-    say = progress or (lambda _line: None)
+    say = progress or silent
     began = time.perf_counter()
     registry = load_dataset(config.dataset, config.registry_dir)
     plan = _Plan.of(config, registry)

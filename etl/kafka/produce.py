@@ -18,7 +18,7 @@ import datetime as dt
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +26,13 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from etl.kafka.admin import BrokerError, answers, create_topics
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
-from schemas.errors import ConfigError, LandingError, run_command
+from schemas.errors import ConfigError, LandingError
+from schemas.exit import run_command
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.paths import default_home, landing_location
+from schemas.progress import Progress, silent
 
-STREAMS = ("impressions", "labels")  # per hour, in this order
+KINDS = ("impressions", "labels")  # the landing record kinds, per hour, in this order
 HOURS = tuple(f"{hour:02d}" for hour in range(24))
 BOOTSTRAP = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
 CONNECT_TIMEOUT_S = 10.0
@@ -70,8 +72,8 @@ class ProduceConfig:
     def days_to_send(self) -> list[dt.date]:
         return [self.start + dt.timedelta(days=i) for i in range(self.days)]
 
-    def topic(self, stream: str) -> str:
-        return topic_name(self.topic_prefix, self.dataset, stream)
+    def topic(self, kind: str) -> str:
+        return topic_name(self.topic_prefix, self.dataset, kind)
 
 
 @dataclass
@@ -171,17 +173,17 @@ def parse_args(argv: list[str] | None = None) -> ProduceConfig:
 
 
 def _partitions(config: ProduceConfig) -> dict[tuple[dt.date, str], Path]:
-    """Every (day, stream) partition folder to send. A day may lack one stream (the label partitions go on past
+    """Every (day, kind) partition folder to send. A day may lack one kind (the label partitions go on past
     the last impression day); a day with neither is a LandingError, raised before sending."""
     folders = {}
     for day in config.days_to_send:
-        found = {stream: config.landing / stream / f"ds={format_ds(day)}" for stream in STREAMS}
-        found = {stream: folder for stream, folder in found.items() if folder.is_dir()}
+        found = {kind: config.landing / kind / f"ds={format_ds(day)}" for kind in KINDS}
+        found = {kind: folder for kind, folder in found.items() if folder.is_dir()}
         if not found:
             raise LandingError(f"no landing partition of ds {format_ds(day)} under {config.landing}; write it with "
                                f"`featurehouse generate --home {config.home} --dataset {config.dataset} --start "
                                f"{format_ds(day)}`, or pick --ds/--days within what is there")  # fmt: skip
-        folders.update({(day, stream): folder for stream, folder in found.items()})
+        folders.update({(day, kind): folder for kind, folder in found.items()})
     return folders
 
 
@@ -198,23 +200,23 @@ def _lines(folder: Path) -> Iterator[bytes]:
                     yield line
 
 
-def run(config: ProduceConfig, *, progress: Callable[[str], None] | None = None) -> ProduceSummary:
+def run(config: ProduceConfig, *, progress: Progress | None = None) -> ProduceSummary:
     """Send the configured days to Kafka, flush, and return what was sent; raises if any line was not delivered."""
-    say = progress or (lambda _line: None)
+    say = progress or silent
     folders = _partitions(config)
     if not answers(config.bootstrap, CONNECT_TIMEOUT_S):
         raise BrokerError(f"no Kafka broker answered at --bootstrap {config.bootstrap} within {CONNECT_TIMEOUT_S:g}s; "
                           "start one (etl.kafka.broker.local_broker) or fix --bootstrap")  # fmt: skip
-    counts = {stream: TopicCount(config.topic(stream)) for stream in STREAMS}
+    counts = {kind: TopicCount(config.topic(kind)) for kind in KINDS}
     create_topics(config.bootstrap, [count.topic for count in counts.values()])
     sender = _Sender(config.bootstrap, config.rate)
     for day in config.days_to_send:
         t0, before = time.perf_counter(), sender.sent
-        for hour, stream in ((hour, stream) for hour in HOURS for stream in STREAMS):
-            count = counts[stream]
-            if (day, stream) not in folders:
+        for hour, kind in ((hour, kind) for hour in HOURS for kind in KINDS):
+            count = counts[kind]
+            if (day, kind) not in folders:
                 continue
-            for line in _lines(folders[day, stream] / f"hour={hour}"):
+            for line in _lines(folders[day, kind] / f"hour={hour}"):
                 sender.send(count.topic, line)
                 count.lines, count.bytes = count.lines + 1, count.bytes + len(line)
         say(f"ds {format_ds(day)}: {sender.sent - before:,} lines queued in {time.perf_counter() - t0:.1f}s")

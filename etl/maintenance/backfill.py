@@ -31,16 +31,12 @@ from pyspark.sql import functions as F
 from schemas.config import DatasetJobConfig
 from schemas.errors import ConfigError, RegistryError, TableError
 from schemas.names import format_ds, parse_ds, validate_name
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DatasetRegistry, Feature, load_dataset
+from warehouse.command import run_spark_job
 from warehouse.derived import derived_column, validate_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.tables import current_version, replace_partition, table_name
 
 
@@ -155,7 +151,7 @@ def backfill_partition(spark: SparkSession, table: str, feature: Feature, ds: st
 def run(spark: SparkSession, config: BackfillConfig, *, progress: Progress | None = None) -> BackfillSummary:
     """Backfill ``config.feature`` into the table's partitions from ``config.start`` to ``config.end``."""
     started = time.monotonic()
-    say = progress or (lambda _message: None)
+    say = progress or silent
     registry = load_dataset(config.dataset, config.registry_dir)
     feature = _derived_feature(registry, config.feature)
     validate_derived(spark, registry)

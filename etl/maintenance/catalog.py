@@ -21,16 +21,12 @@ from pyspark.sql import SparkSession
 from schemas.config import SparkJobConfig
 from schemas.errors import ConfigError
 from schemas.names import format_ds, parse_ds, validate_name
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import load_dataset, registry_datasets
 from warehouse import stats
 from warehouse.catalog import ensure_catalog, sync_features
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.command import run_spark_job
+from warehouse.flags import add_common_arguments, common_settings
 
 ACTIONS = ("sync", "stats")
 
@@ -65,7 +61,7 @@ class CatalogSummary:
 
 
 def run(spark: SparkSession, config: CatalogConfig, *, progress: Progress | None = None) -> CatalogSummary:
-    say = progress or (lambda _message: None)
+    say = progress or silent
     ensure_catalog(spark)
     if config.action == "sync":
         results = []

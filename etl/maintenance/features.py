@@ -19,7 +19,8 @@ from pyspark.sql import SparkSession
 from schemas.config import DatasetJobConfig
 from schemas.registry import load_dataset
 from warehouse import evolution
-from warehouse.jobs import Summary, add_common_arguments, common_settings, run_spark_job
+from warehouse.command import Summary, run_spark_job
+from warehouse.flags import add_common_arguments, common_settings
 
 ACTIONS = ("diff", "apply")
 

@@ -31,14 +31,10 @@ from pyspark.sql import SparkSession
 from schemas.config import DatasetJobConfig
 from schemas.errors import ConfigError, DataRefusedError, TableError
 from schemas.names import format_ds, parse_ds
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import load_dataset
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.command import run_spark_job
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import (
     Decision,
     Override,
@@ -89,7 +85,7 @@ class PublishSummary:
 
 
 def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None = None) -> PublishSummary:
-    say = progress or (lambda _message: None)
+    say = progress or silent
     ds = format_ds(config.ds)
     table = table_name(config.dataset)
     refused = last_decision(spark, config.dataset, config.ds, config.run_id)
@@ -116,7 +112,7 @@ def run(spark: SparkSession, config: PublishConfig, *, progress: Progress | None
     else:
         say(f"{config.dataset} ds={ds}: validating {staged} again")
     gate = audit_and_publish(spark, registry, spark.table(staged), table=table, day=config.ds,
-                             run_id=refused["run_id"], home=config.home, staged=staged, override=override, say=say)  # fmt: skip
+                             run_id=refused["run_id"], home=config.home, staged=staged, override=override, progress=say)  # fmt: skip
     if not gate.published:
         raise DataRefusedError(
             f"{staged} still fails {len(gate.report.failures)} of {len(gate.report.checks)} expectations; nothing was "

@@ -43,20 +43,16 @@ from etl.records.quarantine import quarantine_table
 from schemas.config import SparkJobConfig
 from schemas.errors import ConfigError
 from schemas.names import format_ds, parse_ds, validate_name
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import (
     PARTITION_COLUMN,
     DatasetRegistry,
     load_dataset,
     registry_datasets,
 )
+from warehouse.command import run_spark_job
 from warehouse.confs import runtime_confs
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.tables import current_version, retry_conflicts, table_name
 
 #: Delta's default of ``delta.deletedFileRetentionDuration``, what VACUUM keeps when the table sets none.
@@ -181,26 +177,26 @@ def _vacuum(spark: SparkSession, table: str, *, apply: bool) -> int:
     return files
 
 
-def expire_table(spark: SparkSession, table: str, cutoff: str, *, apply: bool, say: Progress) -> TableRetention:
+def expire_table(spark: SparkSession, table: str, cutoff: str, *, apply: bool, progress: Progress) -> TableRetention:
     """List ``table``'s partitions with ds < ``cutoff``; with ``apply``, delete them and vacuum."""
     if not spark.catalog.tableExists(table):
-        say(f"{table}: no table")
+        progress(f"{table}: no table")
         return TableRetention(table, exists=False)
     before = current_version(spark, table)
     properties = DeltaTable.forName(spark, table).detail().first()["properties"] or {}
     file_retention = properties.get("delta.deletedFileRetentionDuration", DEFAULT_FILE_RETENTION)
-    say(f"{table}: counting rows per partition at Delta version {before}")
+    progress(f"{table}: counting rows per partition at Delta version {before}")
     at_before = spark.read.option("versionAsOf", before).table(table)
     counts = sorted((r[0], int(r[1])) for r in at_before.groupBy(PARTITION_COLUMN).count().collect())
     expired = tuple((ds, n) for ds, n in counts if ds < cutoff)
     removed = 0
     if expired and apply:
         delete = f"DELETE FROM {table} WHERE {PARTITION_COLUMN} < '{cutoff}'"
-        say(f"{table}: {delete} ({len(expired)} partitions)")
+        progress(f"{table}: {delete} ({len(expired)} partitions)")
         removed = int(retry_conflicts(lambda: spark.sql(delete).first()["num_affected_rows"]))
     elif expired:
-        say(f"{table}: would drop {len(expired)} partitions (ds {expired[0][0]} .. {expired[-1][0]})")
-    say(f"{table}: VACUUM{'' if apply else ' DRY RUN'} (file retention {file_retention})")
+        progress(f"{table}: would drop {len(expired)} partitions (ds {expired[0][0]} .. {expired[-1][0]})")
+    progress(f"{table}: VACUUM{'' if apply else ' DRY RUN'} (file retention {file_retention})")
     files = _vacuum(spark, table, apply=apply)
     return TableRetention(
         table, True, expired, tuple(ds for ds, _n in counts if ds >= cutoff), before,
@@ -211,7 +207,7 @@ def expire_table(spark: SparkSession, table: str, cutoff: str, *, apply: bool, s
 
 def run(spark: SparkSession, config: RetentionConfig, *, progress: Progress | None = None) -> RetentionSummary:
     """Apply (or, by default, only report) every chosen dataset's retention as of ``config.as_of``."""
-    say = progress or (lambda _message: None)
+    say = progress or silent
     results = []
     for registry in chosen_registries(config):
         if registry.retention is None:
@@ -222,7 +218,7 @@ def run(spark: SparkSession, config: RetentionConfig, *, progress: Progress | No
         say(f"{registry.dataset}: retention {registry.retention.days}d, dropping ds < {cutoff}"
             + ("" if config.apply else " (dry run)"))  # fmt: skip
         tables = tuple(
-            expire_table(spark, table, format_ds(cutoff), apply=config.apply, say=say)
+            expire_table(spark, table, format_ds(cutoff), apply=config.apply, progress=say)
             for table in (table_name(registry.dataset), quarantine_table(registry.dataset))
         )
         results.append(DatasetRetention(registry.dataset, registry.retention, cutoff, tables))

@@ -20,14 +20,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from schemas.landing_layout import SUCCESS_MARKER, Landing, Stream, label_days
+from schemas.landing_layout import SUCCESS_MARKER, Landing, RecordKind, label_days
 from schemas.spark import (
     CORRUPT_RECORD_COLUMN,
     impression_event_schema,
     label_event_schema,
 )
 
-__all__ = ["SUCCESS_MARKER", "Landing", "Stream", "label_days"]  # the layout, re-exported for the Spark jobs
+__all__ = ["SUCCESS_MARKER", "Landing", "RecordKind", "label_days"]  # the layout, re-exported for the Spark jobs
 
 
 def _filesystem_path(spark: SparkSession, path: str):  # noqa: ANN202 - py4j objects
@@ -134,7 +134,7 @@ def read_impressions(spark: SparkSession, landing: Landing, days: Sequence[dt.da
                      ) -> DataFrame:  # fmt: skip
     """Impression records of ``days`` parsed with ``schema`` (default :func:`schemas.spark.impression_event_schema`;
     the label join passes :func:`schemas.spark.impression_record_schema`), plus the columns of :func:`_read_json`."""
-    paths = [landing.partition(Stream.IMPRESSIONS, d) for d in days]
+    paths = [landing.partition(RecordKind.IMPRESSIONS, d) for d in days]
     return _read_json(spark, paths, schema or impression_event_schema())
 
 
@@ -153,5 +153,5 @@ def empty_labels(spark: SparkSession) -> DataFrame:
 
 def read_labels(spark: SparkSession, landing: Landing, days: Sequence[dt.date]) -> DataFrame:
     """Label records of ``days``: :func:`schemas.spark.label_event_schema` plus the columns of :func:`_read_json`."""
-    paths = [landing.partition(Stream.LABELS, d) for d in days]
+    paths = [landing.partition(RecordKind.LABELS, d) for d in days]
     return _read_json(spark, paths, label_event_schema())

@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tenacity import Retrying, retry_if_result, wait_fixed
 
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
-from etl.records.landing import Stream, path_exists
+from etl.records.landing import RecordKind, path_exists
 from etl.records.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from etl.stream.plan import plan, read_files, read_kafka, staging_columns
 from etl.stream.tables import (
@@ -61,16 +61,12 @@ from schemas.errors import (
     LandingError,
 )
 from schemas.names import format_ds
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.redact import redact
 from schemas.registry import DatasetRegistry, load_dataset, parse_duration
+from warehouse.command import run_spark_job
 from warehouse.confs import runtime_confs
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import new_run_id
 
 
@@ -121,8 +117,8 @@ class StreamConfig(DatasetJobConfig):
     def landing_root(self) -> str:
         return self.landing or landing_location(self.home)
 
-    def topic(self, stream: Stream) -> str:
-        return topic_name(self.topic_prefix, self.dataset, stream.value)
+    def topic(self, kind: RecordKind) -> str:
+        return topic_name(self.topic_prefix, self.dataset, kind.value)
 
 
 @dataclass
@@ -172,14 +168,14 @@ def closed_through(watermark: dt.datetime, registry: DatasetRegistry) -> dt.date
 def _sources(spark: SparkSession, config: StreamConfig) -> tuple[DataFrame, DataFrame]:
     if config.source is Source.KAFKA:
         return tuple(read_kafka(spark, config.bootstrap, config.topic(s), max_offsets=config.max_offsets)
-                     for s in (Stream.IMPRESSIONS, Stream.LABELS))  # fmt: skip
+                     for s in (RecordKind.IMPRESSIONS, RecordKind.LABELS))  # fmt: skip
     landing = config.landing_root.rstrip("/")
-    for s in Stream:
+    for s in RecordKind:
         if not path_exists(spark, f"{landing}/{s.value}"):
             raise LandingError(f"no {s.value} folder {landing}/{s.value} to stream from; write logs there "
                                "(featurehouse generate), or point --landing at the landing zone")  # fmt: skip
     return tuple(read_files(spark, f"{landing}/{s.value}", max_files=config.max_files)
-                 for s in (Stream.IMPRESSIONS, Stream.LABELS))  # fmt: skip
+                 for s in (RecordKind.IMPRESSIONS, RecordKind.LABELS))  # fmt: skip
 
 
 @contextmanager
@@ -220,7 +216,7 @@ def run(spark: SparkSession, config: StreamConfig, *, progress: Progress | None 
 
 def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
          publisher: Callable[[dt.date], int] | None) -> StreamSummary:  # fmt: skip
-    say = progress or (lambda _message: None)
+    say = progress or silent
     started = time.monotonic()
     registry = load_dataset(config.dataset, config.registry_dir)
     tables = StreamTables(config.home, config.dataset)
@@ -275,7 +271,7 @@ class _Loop:
     tables: StreamTables
     writer: BatchWriter
     summary: StreamSummary
-    say: Progress
+    progress: Progress
     publisher: Callable[[dt.date], int]
     run_id: str
     last_batch: int = -1
@@ -312,7 +308,7 @@ class _Loop:
         watermark = _parse_time(progress.get("eventTime", {}).get("watermark"))
         s.watermark = max(filter(None, (s.watermark, watermark)), default=None)
         duration = int(progress.get("durationMs", {}).get("triggerExecution", 0))
-        self.say(f"stream {self.config.dataset} batch {batch_id}: {counts.input_records:,} records in, "
+        self.progress(f"stream {self.config.dataset} batch {batch_id}: {counts.input_records:,} records in, "
                  f"{counts.output_rows:,} rows staged, {counts.quarantined:,} quarantined, {counts.late_labels:,} late "
                  f"labels, watermark {watermark.isoformat() if watermark else '-'}, state {state_rows:,} rows / "
                  f"{memory / 2**20:.1f} MiB, {duration / 1000:.1f}s")  # fmt: skip
@@ -324,7 +320,7 @@ class _Loop:
                 "duration_ms": duration, "published": None}  # fmt: skip
 
     def _publish(self, through: dt.date) -> None:
-        self.say(f"stream {self.config.dataset}: days through {format_ds(through)} are closed; publishing them")
+        self.progress(f"stream {self.config.dataset}: days through {format_ds(through)} are closed; publishing them")
         status = self.publisher(through)
         if status == 0:
             self.published_through = through
@@ -339,17 +335,17 @@ class _Loop:
                 raise FeaturehouseError(f"stream {self.config.dataset}: {message}; run `featurehouse stream-publish "
                                         f"--dataset {self.config.dataset} --through {format_ds(through)}` once the "
                                         "metastore is free")  # fmt: skip
-            self.say(f"stream {self.config.dataset}: {message}; retried after the next micro-batch")
+            self.progress(f"stream {self.config.dataset}: {message}; retried after the next micro-batch")
 
 
 def _parse_time(text: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
-def _publish_process(config: StreamConfig, through: dt.date, say: Progress) -> int:
+def _publish_process(config: StreamConfig, through: dt.date, progress: Progress) -> int:
     """Run ``featurehouse stream-publish`` as a process of its own; its output goes to this one's stderr."""
     command = publish_command(config, through)
-    say("running " + redact(" ".join(command[1:])))
+    progress("running " + redact(" ".join(command[1:])))
     # Under spark-submit this process talks to its JVM through PYSPARK_GATEWAY_*: the child starts its own.
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_GATEWAY_")}
     return subprocess.run(command, stdout=sys.stderr, env=env, check=False).returncode

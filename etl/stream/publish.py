@@ -35,15 +35,11 @@ from schemas.bad_records import bad_fraction_limit, too_many_bad
 from schemas.config import DatasetJobConfig
 from schemas.errors import EXIT_REFUSED, DataRefusedError
 from schemas.names import format_ds, parse_ds
+from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DatasetRegistry, load_dataset
+from warehouse.command import run_spark_job
 from warehouse.evolution import prepare_for_write
-from warehouse.jobs import (
-    Progress,
-    add_common_arguments,
-    common_settings,
-    run_spark_job,
-    stderr_progress,
-)
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import persisted
 
@@ -94,7 +90,7 @@ def day_rows(staged: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame
 
 def run(spark: SparkSession, config: StreamPublishConfig, *, progress: Progress | None = None) -> StreamPublishSummary:
     """Decide every staged ds through ``config.through`` that has no decision yet (see the module docstring)."""
-    say = progress or (lambda _message: None)
+    say = progress or silent
     registry = load_dataset(config.dataset, config.registry_dir)
     tables = StreamTables(config.home, config.dataset)
     tables.create(spark, "days", DAYS_SCHEMA)
@@ -110,7 +106,7 @@ def run(spark: SparkSession, config: StreamPublishConfig, *, progress: Progress 
 
 
 def _decide(spark: SparkSession, config: StreamPublishConfig, registry: DatasetRegistry, tables: StreamTables,
-            table: str, staged: DataFrame, ds: str, say: Progress) -> DayDecision:  # fmt: skip
+            table: str, staged: DataFrame, ds: str, progress: Progress) -> DayDecision:  # fmt: skip
     run_id = new_run_id()
     bad = tables.read(spark, "quarantine").where(F.col("ds") == ds).groupBy("stream").count().collect()
     bad_by_stream = {r["stream"]: int(r["count"]) for r in bad}
@@ -122,10 +118,10 @@ def _decide(spark: SparkSession, config: StreamPublishConfig, registry: DatasetR
         if too_many := too_many_bad(bad_imps, read, bad_fraction_limit(registry.quality), what="impression records"):
             detail = f"{too_many}; see {tables.name('quarantine')} WHERE ds = '{ds}'"
             _record(spark, tables, ds, "refused", run_id, read - bad_imps, late_labels, None, None)
-            say(f"{config.dataset} ds={ds}: refused before the gate: {detail}")
+            progress(f"{config.dataset} ds={ds}: refused before the gate: {detail}")
             return DayDecision(ds, False, read - bad_imps, late_labels, detail)
         gate = audit_and_publish(spark, registry, rows, table=table, day=parse_ds(ds), run_id=run_id, home=config.home,
-                                 quarantined=(bad_imps, bad_by_stream.get("labels", 0)), say=say)  # fmt: skip
+                                 quarantined=(bad_imps, bad_by_stream.get("labels", 0)), progress=progress)  # fmt: skip
     decision = "published" if gate.published else "refused"
     _record(spark, tables, ds, decision, run_id, gate.report.rows, late_labels, str(gate.report_path),
             None if gate.published else gate.staged)  # fmt: skip

@@ -162,7 +162,7 @@ def test_each_day_passed_the_quality_gate_and_the_registry_was_generated(spark, 
 
 def read_rows(imported, transforms_dense, *, name: str):
     """Every row of the days through the reader: (label, dense tuple, ids tuple) per row."""
-    from ingest.reader import open_reader
+    from ingest.job_reader import open_reader
     from ingest.spec import parse_spec
     from schemas.registry import load_dataset
 
@@ -226,7 +226,7 @@ def test_dlrm_learns_the_planted_signal_from_the_import(imported):
     path = imported["path"].parent / "criteo_signal.yaml"
     path.write_text(yaml.safe_dump(job))
     result = run(TrainConfig(job=path, home=imported["home"], registry_dir=imported["registry_dir"],
-                             out=path.parent / "runs", device="cpu", restart=True), out=lambda _line: None)  # fmt: skip
+                             out=path.parent / "runs", device="cpu", restart=True), progress=lambda _line: None)  # fmt: skip
     got = result.metrics["click"]
     # Only I1 and C1 carry signal; the other 37 fields are noise. Random scores give 0.5, and the true click
     # probability (the best any model can do) about 0.81 on these rows; 15,000 training rows get a DLRM ~0.75.

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from etl.maintenance import retention
 from etl.records.quarantine import SCHEMA as QUARANTINE_SCHEMA
-from ingest.read import IoCounter, read_row_groups
+from ingest.projected_reads import IoCounter, read_row_groups
 from ingest.snapshot import open_snapshot
 from schemas.errors import ConfigError, TableError
 from schemas.registry import load_dataset

@@ -27,7 +27,7 @@ from etl import label_join
 from etl.stream import job as stream
 from etl.generate.job import GenerateConfig
 from etl.generate.job import run as generate
-from etl.records.landing import Stream
+from etl.records.landing import RecordKind
 from etl.stream.tables import StreamTables
 from etl.stream.publish import in_process_publisher
 from tests.conftest import SMALL_REGISTRY
@@ -134,7 +134,7 @@ def test_kafka_source_publishes_the_batch_partition(world, spark, kafka_broker):
         (F.col("ds") == DS) & (F.col("raw") != "") & (F.col("problem") != "outside_ds"))
     assertDataFrameEqual(quarantined.select("stream", "raw", "problem", "reason"),
                          expected.select("stream", "raw", "problem", "reason"))  # fmt: skip
-    assert {r.source_file for r in quarantined.collect()} == {f"kafka:{config.topic(s)}/0" for s in Stream}
+    assert {r.source_file for r in quarantined.collect()} == {f"kafka:{config.topic(s)}/0" for s in RecordKind}
 
 
 def _featurehouse(*args: str, **kw) -> subprocess.Popen:

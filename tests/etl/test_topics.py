@@ -9,7 +9,7 @@ import pytest
 
 from etl.kafka.produce import ProduceConfig
 from etl.kafka.topics import check_topic_prefix, topic_name
-from etl.records.landing import Stream
+from etl.records.landing import RecordKind
 from etl.stream.job import Source, StreamConfig
 from schemas.errors import ConfigError, InvalidNameError
 
@@ -25,7 +25,7 @@ def _both(tmp_path, prefix):
 @pytest.mark.parametrize("prefix", ["featurehouse", "My.Prefix", "team-a_v2"])
 def test_producer_and_stream_name_the_same_topics(tmp_path, prefix):
     produce, stream = _both(tmp_path, prefix)
-    for kind in Stream:
+    for kind in RecordKind:
         assert produce.topic(kind.value) == stream.topic(kind) == f"{prefix}.ads.{kind.value}"
 
 

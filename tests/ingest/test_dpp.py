@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray", reason="the preprocessing service needs Ray: pi
 
 from ingest.dpp import DppLoader, Split, parse_workers, plan_splits, ray_session  # noqa: E402
 from ingest.loader import ResumableLoader, SnapshotDataset, TableBlock  # noqa: E402
-from ingest.reader import open_reader  # noqa: E402
+from ingest.job_reader import open_reader  # noqa: E402
 from ingest.spec import load_spec  # noqa: E402
 from schemas.errors import ConfigError  # noqa: E402
 
@@ -134,7 +134,7 @@ def test_two_raylets_deliver_the_in_process_readers_batches_and_rows(home, clust
     reader = reader_of(home)
     local = list(ResumableLoader(reader_of(home).dataset, epochs=1))
     lines: list[str] = []
-    loader = DppLoader(reader.dataset, workers=(2, 2), epochs=1, say=lines.append, split_rows=1)
+    loader = DppLoader(reader.dataset, workers=(2, 2), epochs=1, progress=lines.append, split_rows=1)
     served = list(loader)
     assert same_batches(served, local)  # tensors equal, batch by batch, in the plan's order
     assert loader.counter.rows == 4000 and loader.counter.batches == 20 and loader.counter.bytes_read > 0
@@ -252,7 +252,7 @@ def test_training_from_the_service_equals_training_in_process(home, cluster):
         config = TrainConfig(job=home / "job.yaml", home=home, registry_dir=home / "registry", device="cpu",
                              out=home / "runs" / name, record=False, **kwargs)  # fmt: skip
         lines: list[str] = []
-        result = run(config, out=lines.append)
+        result = run(config, progress=lines.append)
         weights = torch.load(home / "runs" / name / "checkpoint-rank0-of-1.pt", weights_only=False)["model"]
         return result, weights, lines
 

@@ -16,7 +16,7 @@ from delta.tables import DeltaTable
 import ingest.loader
 from ingest.loader import ResumableLoader, SnapshotDataset, chunk_rows, plan_key
 from ingest.plan import Unit, batches_per_rank, rank_windows
-from ingest.read import IoCounter, read_chunks, read_row_groups
+from ingest.projected_reads import IoCounter, read_chunks, read_row_groups
 from ingest.snapshot import open_snapshot
 from schemas.errors import ConfigError
 from schemas.registry import parse_registry

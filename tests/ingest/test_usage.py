@@ -80,7 +80,7 @@ def test_bad_usage_records_are_refused_with_their_fix(tmp_path):
 def test_a_usage_table_from_before_the_cost_columns_gains_them_and_keeps_its_rows(tmp_path):
     from deltalake import DeltaTable, write_deltalake
 
-    from ingest.read import IoCounter
+    from ingest.projected_reads import IoCounter
     from schemas.catalog import FEATURE_USAGE_SCHEMA
 
     old_schema = pa.schema([f for f in FEATURE_USAGE_SCHEMA if f.name not in (*COST_COLUMNS, *TRAIN_COLUMNS)])

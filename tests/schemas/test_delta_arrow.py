@@ -213,7 +213,7 @@ def test_a_column_added_after_the_files_were_written_reads_null_as_in_spark(spar
 
 def test_the_project_reader_reads_weighted_sparse_fields_under_their_names(table):
     """Column mapping names a weighted sparse column's struct fields too (col-<uuid>); the reader renames them."""
-    from ingest.read import IoCounter, read_row_groups
+    from ingest.projected_reads import IoCounter, read_row_groups
     from ingest.snapshot import open_snapshot
     from schemas.registry import load_dataset
 

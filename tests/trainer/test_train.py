@@ -95,7 +95,7 @@ def test_the_model_learns_the_planted_signal_and_the_run_is_recorded(home):
 
     job(home, "learn")
     lines: list[str] = []
-    result = run(config(home, "learn"), out=lines.append)
+    result = run(config(home, "learn"), progress=lines.append)
     logits, labels = np.load(home / "eval_logits.npy")
     oracle = auc(labels, logits)  # the best any model can do on these rows: 0.825
     got = result.metrics["click"]
@@ -120,11 +120,11 @@ def test_a_run_stopped_mid_epoch_resumes_to_the_same_weights_as_an_uninterrupted
     try:
         for name in ("whole", "resumed"):
             job(home, name, epochs=2, checkpoint_every=4)
-        run(config(home, "whole", record=False), out=lambda _line: None)
-        stopped = run(config(home, "resumed", record=False, max_steps=17), out=lambda _line: None)  # 36 steps/epoch
+        run(config(home, "whole", record=False), progress=lambda _line: None)
+        stopped = run(config(home, "resumed", record=False, max_steps=17), progress=lambda _line: None)  # 36 steps/epoch
         assert stopped.clock.steps == 17 and not stopped.metrics
         lines: list[str] = []
-        resumed = run(config(home, "resumed", record=False), out=lines.append)
+        resumed = run(config(home, "resumed", record=False), progress=lines.append)
     finally:
         torch.use_deterministic_algorithms(False)
     assert resumed.resumed_from_step == 17 and resumed.clock.steps == 72
@@ -138,7 +138,7 @@ def test_two_torchrun_processes_train_on_disjoint_halves(home):
     import pyarrow.parquet as pq
 
     from ingest.loader import SnapshotDataset
-    from ingest.reader import open_reader
+    from ingest.job_reader import open_reader
     from ingest.spec import load_spec
 
     path = job(home, "ddp", epochs=1)
@@ -185,7 +185,7 @@ def test_two_torchrun_processes_train_on_disjoint_halves(home):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; no GPU here")
 def test_training_on_cuda_moves_each_batch_once_and_learns(home):
     job(home, "cuda", epochs=2)
-    result = run(config(home, "cuda", record=False, device="cuda", workers=2), out=lambda _line: None)
+    result = run(config(home, "cuda", record=False, device="cuda", workers=2), progress=lambda _line: None)
     assert result.metrics["click"].auc > 0.7
     assert all(t.device.type == "cuda" for t in final_weights(home, "cuda").values())
 

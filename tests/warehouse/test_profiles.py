@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from schemas.errors import ConfigError
-from warehouse.jobs import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, common_settings
 from warehouse.profiles import PROFILE_VARIABLE, load_profile
 
 

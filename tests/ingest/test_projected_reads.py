@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from delta.tables import DeltaTable
 
-from ingest.read import IoCounter, read_row_groups
+from ingest.projected_reads import IoCounter, read_row_groups
 from ingest.snapshot import open_snapshot
 from schemas.errors import TableError
 from schemas.registry import parse_registry

@@ -17,15 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingest.job_reader import open_reader
 from ingest.loader import ResumableLoader, SnapshotDataset
-from ingest.reader import open_reader
 from ingest.spec import load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
 from schemas.config import JobConfig
-from schemas.errors import ConfigError, run_command
+from schemas.errors import ConfigError
+from schemas.exit import run_command
 from schemas.names import format_ds
 from schemas.paths import default_home, warehouse_location
+from schemas.progress import Progress
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,39 +50,41 @@ def _shapes(batch) -> str:
     return f"dense {tuple(batch.dense.shape)}, {sparse}, labels {tuple(batch.labels.shape)}"
 
 
-def run(config: ReadConfig, *, out=print) -> UsageRecord:
+def run(config: ReadConfig, *, progress: Progress = print) -> UsageRecord:
     spec, registry = load_spec(config.job, registry_dir=config.registry_dir)
     warehouse = warehouse_location(config.home)
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
     reader = open_reader(spec, registry, warehouse=warehouse, version=config.version)
     dataset: SnapshotDataset = reader.dataset
-    out(f"read {spec.job_id}: {spec.dataset} version {reader.snapshot.version}, ds {format_ds(spec.days[0])} .. "
-        f"{format_ds(spec.days[-1])}, {len(reader.snapshot.files)} files, {len(spec.features)} of "
-        f"{len(registry.stored_features)} features, {len(dataset):,} batches of {spec.batch_size}")  # fmt: skip
+    progress(f"read {spec.job_id}: {spec.dataset} version {reader.snapshot.version}, ds {format_ds(spec.days[0])} .. "
+             f"{format_ds(spec.days[-1])}, {len(reader.snapshot.files)} files, {len(spec.features)} of "
+             f"{len(registry.stored_features)} features, {len(dataset):,} batches of {spec.batch_size}")  # fmt: skip
     loader = ResumableLoader(dataset, num_workers=config.workers, epochs=1)
     limit = len(dataset) if config.limit is None else min(config.limit, len(dataset))
     for i, batch in enumerate(itertools.islice(loader, limit)):
         if i < 3:
-            out(f"  batch {i}: {len(batch):,} rows; {_shapes(batch)}")
+            progress(f"  batch {i}: {len(batch):,} rows; {_shapes(batch)}")
     where = "its worker" + ("s" if config.workers > 1 else "") if config.workers else "a read-ahead thread"
-    usage = summarize(spec, reader, loader.counter, started=started, started_at=started_at, where=where, out=out)
+    usage = summarize(spec, reader, loader.counter, started=started, started_at=started_at, where=where,
+                      progress=progress)  # fmt: skip
     if config.record:
-        record(warehouse, usage, out=out)
+        record(warehouse, usage, progress=progress)
     return usage
 
 
-def summarize(spec, reader, counter, *, started: float, started_at: dt.datetime, where: str, out) -> UsageRecord:
+def summarize(spec, reader, counter, *, started: float, started_at: dt.datetime, where: str,
+              progress: Progress) -> UsageRecord:  # fmt: skip
     """Print a read's rows, bytes and time split (``where`` the reading and decoding ran), and its usage record."""
     elapsed = time.perf_counter() - started
     read_bytes = counter.bytes_read
     ratio = counter.bytes_all_columns / read_bytes if read_bytes else 0.0
-    out(f"  {counter.batches:,} batches, {counter.rows:,} rows in {elapsed:.2f}s ({counter.rows / elapsed:,.0f} rows/s)")
-    out(f"  bytes read {read_bytes:,} (planning footers {reader.dataset.footer_bytes:,}); all columns of these rows: "
-        f"{counter.bytes_all_columns:,} ({ratio:.1f}x more)")  # fmt: skip
-    out(f"  time: I/O {counter.io_s:.2f}s and decoding {counter.decode_s:.2f}s (in {where}), transforms "
-        f"{counter.convert_s:.2f}s, shuffling {counter.shuffle_s:.2f}s and batching {counter.assemble_s:.2f}s; waiting for batches "
-        f"{counter.wait_s:.2f}s")  # fmt: skip
+    progress(f"  {counter.batches:,} batches, {counter.rows:,} rows in {elapsed:.2f}s ({counter.rows / elapsed:,.0f} rows/s)")
+    progress(f"  bytes read {read_bytes:,} (planning footers {reader.dataset.footer_bytes:,}); all columns of these rows: "
+             f"{counter.bytes_all_columns:,} ({ratio:.1f}x more)")  # fmt: skip
+    progress(f"  time: I/O {counter.io_s:.2f}s and decoding {counter.decode_s:.2f}s (in {where}), transforms "
+             f"{counter.convert_s:.2f}s, shuffling {counter.shuffle_s:.2f}s and batching {counter.assemble_s:.2f}s; waiting for batches "
+             f"{counter.wait_s:.2f}s")  # fmt: skip
     return UsageRecord(
         job_id=spec.job_id, dataset=spec.dataset, ds_from=format_ds(spec.days[0]), ds_to=format_ds(spec.days[-1]),
         features=spec.feature_names, bytes_read=read_bytes, rows_read=counter.rows,
@@ -88,9 +92,9 @@ def summarize(spec, reader, counter, *, started: float, started_at: dt.datetime,
     )  # fmt: skip
 
 
-def record(warehouse: str, usage: UsageRecord, *, out) -> None:
+def record(warehouse: str, usage: UsageRecord, *, progress: Progress) -> None:
     version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
-    out(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
+    progress(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> ReadConfig:
@@ -114,7 +118,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ReadConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(lambda: run(parse_args(argv), out=print) and None)  # prints as it goes
+    return run_command(lambda: run(parse_args(argv), progress=print) and None)  # prints as it goes
 
 
 if __name__ == "__main__":

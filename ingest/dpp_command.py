@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingest.dpp import REPORT_EVERY_S, DppLoader, parse_workers, ray_session
-from ingest.job import record, summarize
-from ingest.reader import open_reader
+from ingest.job_reader import open_reader
+from ingest.read_command import record, summarize
 from ingest.spec import load_spec
 from schemas.config import JobConfig
-from schemas.errors import ConfigError, run_command
+from schemas.errors import ConfigError
+from schemas.exit import run_command
 from schemas.names import format_ds
 from schemas.paths import default_home, warehouse_location
+from schemas.progress import Progress
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,20 +48,20 @@ class DppConfig(JobConfig):
             raise ConfigError(f"--report-every {self.report_every} must be a positive number of seconds")
 
 
-def run(config: DppConfig, *, out=print):
+def run(config: DppConfig, *, progress: Progress = print):
     spec, registry = load_spec(config.job, registry_dir=config.registry_dir)
     warehouse = warehouse_location(config.home)
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
     reader = open_reader(spec, registry, warehouse=warehouse, version=config.version)
     low, high = config.workers
-    out(f"dpp {spec.job_id}: {spec.dataset} version {reader.snapshot.version}, ds {format_ds(spec.days[0])} .. "
-        f"{format_ds(spec.days[-1])}, {len(reader.snapshot.files)} files, {len(spec.features)} of "
-        f"{len(registry.stored_features)} features, {config.epochs} epoch{'s' if config.epochs > 1 else ''} of "
-        f"{len(reader.dataset):,} batches of {spec.batch_size}; {low}-{high} workers on "
-        f"{config.address or 'a local Ray instance'}")  # fmt: skip
+    progress(f"dpp {spec.job_id}: {spec.dataset} version {reader.snapshot.version}, ds {format_ds(spec.days[0])} .. "
+             f"{format_ds(spec.days[-1])}, {len(reader.snapshot.files)} files, {len(spec.features)} of "
+             f"{len(registry.stored_features)} features, {config.epochs} epoch{'s' if config.epochs > 1 else ''} of "
+             f"{len(reader.dataset):,} batches of {spec.batch_size}; {low}-{high} workers on "
+             f"{config.address or 'a local Ray instance'}")  # fmt: skip
     with ray_session(config.address):
-        loader = DppLoader(reader.dataset, workers=config.workers, epochs=config.epochs, say=out,
+        loader = DppLoader(reader.dataset, workers=config.workers, epochs=config.epochs, progress=progress,
                            report_every=config.report_every)  # fmt: skip
         try:
             for _epoch in range(config.epochs):
@@ -67,12 +69,12 @@ def run(config: DppConfig, *, out=print):
                     pass
         finally:
             loader.close()
-    out(f"  made by {len(loader.workers_seen)} worker process(es): "
-        + ", ".join(f"{where} {count:,} batches" for where, count in sorted(loader.workers_seen.items())))
+    progress(f"  made by {len(loader.workers_seen)} worker process(es): "
+             + ", ".join(f"{where} {count:,} batches" for where, count in sorted(loader.workers_seen.items())))
     usage = summarize(spec, reader, loader.counter, started=started, started_at=started_at,
-                      where="the service's workers", out=out)  # fmt: skip
+                      where="the service's workers", progress=progress)  # fmt: skip
     if config.record:
-        record(warehouse, usage, out=out)
+        record(warehouse, usage, progress=progress)
     return usage
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from delta.tables import DeltaTable
 
-from ingest.job import ReadConfig, run
+from ingest.read_command import ReadConfig, run
 from ingest.transforms import splitmix64
 from schemas.registry import load_dataset
 from schemas.spark import table_schema
@@ -69,7 +69,7 @@ def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_hom
         "labels": ["click"], "batch_size": 128, "seed": 3,
     }))  # fmt: skip
     lines: list[str] = []
-    usage = run(ReadConfig(job=job, home=spark_home, registry_dir=registry_dir), out=lines.append)
+    usage = run(ReadConfig(job=job, home=spark_home, registry_dir=registry_dir), progress=lines.append)
 
     reference = spark.table(table).toPandas()
     assert usage.rows_read == len(reference) == 500
@@ -82,7 +82,7 @@ def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_hom
     assert any("500 rows" in line for line in lines) and any("recorded in featurehouse_catalog" in line for line in lines)
 
     # the tensors: rebuild every batch's rows from the reference and compare
-    from ingest.reader import open_reader
+    from ingest.job_reader import open_reader
     from ingest.spec import load_spec
 
     spec, registry = load_spec(job, registry_dir=registry_dir)

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ingest.reader import Converter
+from ingest.job_reader import Converter
 from ingest.transforms import Clamp, Fill, Hash, Log1p, apply_dense, apply_sparse
 from schemas.errors import ConfigError
 

@@ -1,0 +1,63 @@
+"""The ``main`` wrapper of the Spark jobs, and counting the Spark jobs a block launches.
+
+Each job module has ``parse_args(argv)``, a pure ``run(spark, config)`` and
+``main(argv) -> int``; spark-submit, the CLI, Airflow and tests call the same code.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from schemas.exit import run_command
+from schemas.redact import secret_values
+from warehouse.session import spark_session
+
+
+class SparkJobConfig(Protocol):
+    home: Path
+    spark_conf: Mapping[str, str]
+
+
+class Summary(Protocol):
+    def format(self) -> str: ...
+
+
+C = TypeVar("C", bound=SparkJobConfig)
+
+
+def run_spark_job(parse: Callable[[], C], run: Callable[[Any, C], Summary]) -> int:
+    """Parse, open a session, run, print the summary; a FeaturehouseError becomes one line and exit 2.
+
+    The values of secret ``--conf`` keys are masked in that line, even where they appear bare.
+    """
+    secrets: list[str] = []  # filled once parsed; run_command reads it only to print an error
+
+    def body() -> str:
+        config = parse()
+        secrets.extend(secret_values(config.spark_conf))
+        with spark_session(config.home, conf=config.spark_conf) as spark:
+            return run(spark, config).format()
+
+    return run_command(body, secrets)
+
+
+@contextmanager
+def counting_jobs(spark: Any, what: str) -> Iterator[Callable[[], int]]:
+    """Count the Spark jobs launched by this thread inside the block: yields a function returning the count.
+
+    The block runs in a Spark job group of its own (named after ``what``, shown in Spark's UI);
+    the thread's previous group is restored on exit.
+    """
+    sc = spark.sparkContext
+    previous = {key: sc.getLocalProperty(key) for key in ("spark.jobGroup.id", "spark.job.description")}
+    group = f"featurehouse-{uuid.uuid4().hex[:12]}"
+    sc.setJobGroup(group, what)
+    try:
+        yield lambda: len(sc.statusTracker().getJobIdsForGroup(group))
+    finally:
+        for key, value in previous.items():
+            sc.setLocalProperty(key, value)

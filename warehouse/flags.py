@@ -1,0 +1,55 @@
+"""The flags every job shares (``--home``, ``--registry-dir``, ``--profile``, ``--conf``) and the settings they make."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from warehouse.profiles import chosen_profile
+from warehouse.session import default_home, parse_conf_pairs
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--home``, ``--registry-dir``, ``--profile`` and repeatable ``--conf k=v``, shared by every job."""
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="data folder holding landing/, warehouse/ and metastore_db/ (default: $FEATUREHOUSE_HOME, else this checkout's data/)",
+    )
+    parser.add_argument(
+        "--registry-dir",
+        type=Path,
+        default=None,
+        help="folder of feature registry files <dataset>.yaml (default: schemas/datasets in this repo)",
+    )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="NAME",
+        help="a settings file choosing master, metastore and warehouse: local (the embedded default), cluster "
+        "(profiles/cluster.yaml), or a path to a .yaml file (default: $FEATUREHOUSE_PROFILE, else local)",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, repeatable; overrides the profile and the embedded defaults (e.g. --conf spark.master=yarn)",
+    )
+
+
+def common_settings(ns: argparse.Namespace) -> dict[str, Any]:
+    """The shared settings of a parsed namespace, ready to pass to a config dataclass.
+
+    ``spark_conf`` is the profile's settings with every ``--conf`` over them: a config carries
+    all its settings, so a process it starts (the stream's publish step) gets the same ones.
+    """
+    home = (ns.home or default_home()).resolve()
+    profile = chosen_profile(ns.profile)
+    return {
+        "home": home,
+        "registry_dir": ns.registry_dir,
+        "spark_conf": {**(profile.settings(home) if profile else {}), **parse_conf_pairs(ns.conf)},
+    }
