@@ -21,6 +21,8 @@ class SparkJobConfig(Protocol):
     home: Path
     spark_conf: Mapping[str, str]
 
+    def check_inputs(self) -> None: ...
+
 
 class Summary(Protocol):
     def format(self) -> str: ...
@@ -30,7 +32,8 @@ C = TypeVar("C", bound=SparkJobConfig)
 
 
 def run_spark_job(parse: Callable[[], C], run: Callable[[Any, C], Summary]) -> int:
-    """Parse, open a session, run, print the summary; a FeaturehouseError becomes one line and exit 2.
+    """Parse, check the inputs, open a session, run, print the summary; a FeaturehouseError becomes one line and
+    exit 2. What the config's ``check_inputs`` refuses is refused before any JVM starts.
 
     The values of secret ``--conf`` keys are masked in that line, even where they appear bare.
     """
@@ -39,6 +42,7 @@ def run_spark_job(parse: Callable[[], C], run: Callable[[Any, C], Summary]) -> i
     def body() -> str:
         config = parse()
         secrets.extend(secret_values(config.spark_conf))
+        config.check_inputs()
         with spark_session(config.home, conf=config.spark_conf) as spark:
             return run(spark, config).format()
 
