@@ -52,6 +52,8 @@ SPARK_POOL = "featurehouse_spark"
 SPARK_CONN_ID = "featurehouse_spark"
 #: Where the DAGs without catchup start (their first run is the latest tick anyway).
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+#: The retries of every task (``default_args``), with backoff; a refused ds fails at once all the same.
+RETRIES = 2
 
 log = logging.getLogger("featurehouse")
 
@@ -99,7 +101,7 @@ def default_args(**overrides: Any) -> dict[str, Any]:
     """Retries with backoff and the failure line, for every task."""
     return {
         "owner": "featurehouse",
-        "retries": 2,
+        "retries": RETRIES,
         "retry_delay": dt.timedelta(minutes=2),
         "retry_exponential_backoff": True,
         "max_retry_delay": dt.timedelta(minutes=30),
