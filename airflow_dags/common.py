@@ -53,6 +53,8 @@ SPARK_POOL = "featurehouse_spark"
 SPARK_CONN_ID = "featurehouse_spark"
 #: Where the DAGs without catchup start (their first run is the latest tick anyway).
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+#: The retries of every task (``default_args``), with backoff; a refused ds fails at once all the same.
+RETRIES = 2
 
 log = logging.getLogger("featurehouse")
 
@@ -94,10 +96,6 @@ def log_failure(context: Mapping[str, Any]) -> None:
 def dataset_param(what: str) -> Param:
     """The ``dataset`` param of a DAG run: a registry's name, ``ads`` by default."""
     return Param("ads", type="string", pattern=NAME_PATTERN.pattern, description=what)
-
-
-#: How often a failed task is tried again (a refused ds fails at once instead: AirflowFailException).
-RETRIES = 2
 
 
 def default_args(**overrides: Any) -> dict[str, Any]:

@@ -121,12 +121,18 @@ def _one_copy(spark, warehouse: Path, ds: str) -> int:
 
 
 def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(tmp_path):
-    """Parsed in a fresh interpreter, as the DAG processor does: no pyspark, torch or GX; under 2 s a file."""
+    """Parsed in a fresh interpreter, as the DAG processor does: no pyspark, torch or GX, and of this repo only
+    the light packages (what keeps a parse fast, where a wall-clock bound would fail on a busy machine)."""
     script = textwrap.dedent("""
         import json, sys
         from airflow.dag_processing.dagbag import DagBag
+        before = set(sys.modules)
         bag = DagBag(dag_folder=sys.argv[1])
         heavy = sorted(m for m in ("pyspark", "torch", "great_expectations", "delta") if m in sys.modules)
+        dag_files = {dag.fileloc for dag in bag.dags.values()}
+        imported = sorted({m.split(".")[0] for m in set(sys.modules) - before if m.split(".")[0] not in
+                           sys.stdlib_module_names and getattr(sys.modules[m], "__file__", None) not in dag_files})
+        from airflow_dags.common import RETRIES
         dags = {}
         for dag_id, dag in bag.dags.items():
             dags[dag_id] = {
@@ -137,6 +143,7 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
                                       "callback": bool(t.on_failure_callback)} for t in dag.tasks},
             }
         print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "heavy": heavy, "dags": dags,
+                          "imported": imported, "retries": RETRIES,
                           "seconds": {s.file: s.duration.total_seconds() for s in bag.dagbag_stats}}, default=str))
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -150,7 +157,14 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
     assert set(bag["dags"]) == {"featurehouse_daily", "featurehouse_backfill", "featurehouse_streaming",
                                 "featurehouse_retention"}  # fmt: skip
     assert set(bag["seconds"]) == {f"{d}.py" for d in bag["dags"]}  # common.py and setup.py are ignored
-    assert all(seconds < 2 for seconds in bag["seconds"].values()), bag["seconds"]
+    print(f"DAG files parsed in {bag['seconds']} s")  # a figure only: no benchmark of DAG parsing exists
+    # the packages a parse brings in besides the standard library: Airflow, this repo's light ones (the DAGs'
+    # common module, schemas, the CLI's command table) and what the Spark provider imports; never etl, warehouse,
+    # ingest or trainer, which import Spark or torch
+    repo_packages = {m for m in bag["imported"] if (REPO / m / "__init__.py").exists()}
+    assert repo_packages <= {"airflow_dags", "schemas", "featurehouse"}, bag["imported"]
+    assert set(bag["imported"]) - repo_packages <= {"airflow", "requests", "urllib3", "charset_normalizer", "idna",
+                                                    "certifi", "packaging"}, bag["imported"]  # fmt: skip
 
     daily, backfill = bag["dags"]["featurehouse_daily"], bag["dags"]["featurehouse_backfill"]
     streaming, retention = bag["dags"]["featurehouse_streaming"], bag["dags"]["featurehouse_retention"]
@@ -173,7 +187,10 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
     assert {t["pool"] for _, t in spark_tasks} == {"featurehouse_spark"}
     every_task = [t for d in bag["dags"].values() for t in d["tasks"].values()]
     assert all(t["callback"] for t in every_task)
-    assert all(t["retries"] >= 1 for t in every_task if t["type"] == "FeaturehouseSubmit")
+    assert bag["retries"] == 2 and all(t["retries"] == bag["retries"] for _, t in spark_tasks)  # common.RETRIES
+    retries = {(d, name): t["retries"] for d, dag in bag["dags"].items() for name, t in dag["tasks"].items()}
+    assert {k: n for k, n in retries.items() if n != bag["retries"]} == {  # the backfill's checks fail at once
+        ("featurehouse_backfill", "plan"): 0, ("featurehouse_backfill", "choose"): 0}
 
 
 def test_daily_run_waits_for_every_label_partition_then_publishes_its_ds(tmp_path, airflow, warehouse, published, spark):

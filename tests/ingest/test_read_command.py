@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from delta.tables import DeltaTable
@@ -35,6 +38,41 @@ def registry_file(directory: Path, dataset: str, *, with_b: bool) -> None:
                          "owner": "o"})  # fmt: skip
     raw = {"dataset": dataset, "labels": [{"name": "click", "window": "1h"}], "features": features}
     (directory / f"{dataset}.yaml").write_text(yaml.safe_dump(raw))
+
+
+def expected_bytes(spark, table: str, columns: list[str], batch_sizes: list[int]) -> tuple[int, int, int]:
+    """(bytes_read, bytes_all_columns, the footers' part of bytes_read) of an unshuffled epoch of ``columns`` in
+    batches of ``batch_sizes``, as the reader defines them, from the Parquet files alone: each file's footer (its
+    last 8 bytes and the footer they announce) once to plan, then for each row group the footer again and the
+    read columns' chunks (``total_compressed_size``); all columns: for each batch's piece of a row group, its
+    share of the group's chunks, ``bytes * piece_rows // group_rows``."""
+    import deltalake
+
+    location = spark.sql(f"DESCRIBE DETAIL {table}").first()["location"]
+    physical = {f.name: str(f.metadata.get("delta.columnMapping.physicalName") or f.name)
+                for f in deltalake.DeltaTable(location).schema().fields}  # fmt: skip
+    wanted = {physical[c] for c in columns}
+    files = spark.table(table).select("ds", "_metadata.file_path").distinct().collect()
+    paths = [urlparse(uri).path for _ds, uri in sorted(files)]  # the reader's order: ds, then path
+    footers, chunks_read, groups = 0, 0, []  # groups: (rows, bytes of all columns) in stream order
+    for path in paths:
+        with open(path, "rb") as f:
+            f.seek(-8, 2)
+            footer = 8 + int.from_bytes(f.read(4), "little")
+        footers += footer  # planning
+        metadata = pq.read_metadata(path)
+        for g in range(metadata.num_row_groups):
+            chunks = [metadata.row_group(g).column(c) for c in range(metadata.num_columns)]
+            footers += footer
+            chunks_read += sum(c.total_compressed_size for c in chunks if c.path_in_schema.split(".")[0] in wanted)
+            groups.append((metadata.row_group(g).num_rows, sum(c.total_compressed_size for c in chunks)))
+    all_columns, start, bounds = 0, 0, np.cumsum([0, *batch_sizes])
+    for rows, size in groups:  # each batch's piece of each row group
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            taken = min(hi, start + rows) - max(lo, start)
+            all_columns += size * taken // rows if taken > 0 else 0
+        start += rows
+    return footers + chunks_read, int(all_columns), footers
 
 
 def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_home, request, tmp_path):
@@ -69,7 +107,9 @@ def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_hom
         "labels": ["click"], "batch_size": 128, "seed": 3,
     }))  # fmt: skip
     lines: list[str] = []
+    started = time.perf_counter()
     usage = run(ReadConfig(job=job, home=spark_home, registry_dir=registry_dir), progress=lines.append)
+    wall = time.perf_counter() - started
 
     reference = spark.table(table).toPandas()
     assert usage.rows_read == len(reference) == 500
@@ -77,8 +117,18 @@ def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_hom
         f"SELECT * FROM featurehouse_catalog.feature_usage WHERE job_id = 'test-job' AND dataset = '{dataset}'"
     ).collect()
     assert [(list(r.features), r.rows_read, r.batches) for r in recorded] == [(["k", "a", "b", "s"], 500, 4)]
-    assert recorded[0].bytes_read > 0 and recorded[0].bytes_all_columns > 0
-    assert all(recorded[0][c] >= 0 for c in ("io_s", "decode_s", "transform_s", "batching_s", "wait_s"))
+    # 500 rows in 4 batches of 125, unshuffled; the columns read: the features and the label, not the keys
+    bytes_read, bytes_all_columns, footers = expected_bytes(spark, table, ["k", "a", "b", "s", "label_click"], [125] * 4)
+    assert (recorded[0].bytes_read, recorded[0].bytes_all_columns) == (bytes_read, bytes_all_columns)
+    assert bytes_read - footers < bytes_all_columns  # the projection left the key columns unread
+    cost = usage.cost  # where the time went, recorded as it was counted
+    assert [recorded[0][c] for c in ("io_s", "decode_s", "transform_s", "batching_s", "wait_s")] == [
+        cost.io_s, cost.decode_s, cost.convert_s, cost.shuffle_s + cost.assemble_s, cost.wait_s]
+    assert min(cost.io_s, cost.read_s, cost.convert_s, cost.shuffle_s, cost.assemble_s, cost.wait_s) >= 0
+    # three threads at once, each within the call: the read-ahead one reads (I/O inside it, the rest decoding),
+    # the batching one transforms, shuffles and gathers, the caller waits for batches
+    assert cost.io_s + cost.decode_s == pytest.approx(cost.read_s)  # decode_s is read_s - io_s: I/O is inside
+    assert cost.read_s <= wall and cost.convert_s + cost.shuffle_s + cost.assemble_s <= wall and cost.wait_s <= wall
     assert any("500 rows" in line for line in lines) and any("recorded in featurehouse_catalog" in line for line in lines)
 
     # the tensors: rebuild every batch's rows from the reference and compare

@@ -44,8 +44,12 @@ def test_usage_rows_appended_without_spark_are_read_by_spark_sql_and_the_views(s
         usage(dataset, "ctr-model", ["a"], days_ago=2),
         usage(dataset, "cvr-model", ["a"], days_ago=20),
     ]
+    from deltalake import DeltaTable
+
+    before = DeltaTable(uri).version()  # the session's catalog: other tests may have recorded into it already
     version = record_usage(uri, records)
-    assert version >= 1
+    assert version == before + 1  # the three rows in one commit, the table's latest, as Spark sees it too
+    assert spark.sql(f"DESCRIBE HISTORY featurehouse_catalog.{FEATURE_USAGE} LIMIT 1").first()["version"] == version
 
     rows = spark.sql(
         "SELECT run_id, job_id, features, bytes_read, started_at FROM featurehouse_catalog.feature_usage "

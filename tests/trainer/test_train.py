@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,26 @@ def config(home: Path, name: str, **kwargs) -> TrainConfig:
                        **kwargs)  # fmt: skip
 
 
+def read_cost(home: Path, days: list[str], columns: list[str]) -> tuple[int, int]:
+    """(planning, one epoch): the bytes the reader counts for ``columns`` of ``days`` of featurehouse.signal, from
+    the Parquet files alone. Planning reads each file's footer (its last 8 bytes and the footer they announce);
+    an epoch reads, for each row group, that footer again and the columns' chunks (``total_compressed_size``)."""
+    import pyarrow.parquet as pq
+
+    table = home / "warehouse" / "featurehouse.db" / "signal"  # appended, never rewritten: every file is live
+    planning = epoch = 0
+    for path in sorted(p for ds in days for p in (table / f"ds={ds}").glob("*.parquet")):
+        with path.open("rb") as f:
+            f.seek(-8, 2)
+            footer = 8 + int.from_bytes(f.read(4), "little")
+        metadata = pq.read_metadata(path)
+        planning += footer
+        for g in range(metadata.num_row_groups):
+            chunks = (metadata.row_group(g).column(c) for c in range(metadata.num_columns))
+            epoch += footer + sum(c.total_compressed_size for c in chunks if c.path_in_schema.split(".")[0] in columns)
+    return planning, epoch
+
+
 def test_the_model_learns_the_planted_signal_and_the_run_is_recorded(home):
     from deltalake import DeltaTable
 
@@ -95,7 +116,9 @@ def test_the_model_learns_the_planted_signal_and_the_run_is_recorded(home):
 
     job(home, "learn")
     lines: list[str] = []
+    started = time.perf_counter()
     result = run(config(home, "learn"), progress=lines.append)
+    wall = time.perf_counter() - started
     logits, labels = np.load(home / "eval_logits.npy")
     oracle = auc(labels, logits)  # the best any model can do on these rows: 0.825
     got = result.metrics["click"]
@@ -108,7 +131,13 @@ def test_the_model_learns_the_planted_signal_and_the_run_is_recorded(home):
     assert (usage["job_id"], usage["rows_read"], usage["ds_from"], usage["ds_to"]) == (
         "learn", 3 * 3 * ROWS_PER_DAY + ROWS_PER_DAY, DAYS[0], DAYS[3])
     assert usage["stall_fraction"] == pytest.approx(result.clock.stall_fraction)
-    assert usage["compute_s"] > 0 and usage["samples_per_s"] > 0 and usage["bytes_read"] > 0
+    clock = result.clock
+    assert usage["compute_s"] == clock.compute_s > 0 and clock.wait_s >= 0 and clock.compute_s + clock.wait_s <= wall
+    assert usage["samples_per_s"] == pytest.approx(clock.samples / (clock.compute_s + clock.wait_s))
+    # three epochs of the training days and one of the eval day, each reader planning from its files' footers
+    columns = ["d0", "d1", "d2", "user_ids", "noise_ids", "label_click"]  # not impression_id
+    (train_plan, train_epoch), (eval_plan, eval_epoch) = (read_cost(home, d, columns) for d in (DAYS[:3], DAYS[3:]))
+    assert usage["bytes_read"] == train_plan + 3 * train_epoch + eval_plan + eval_epoch
 
 
 def final_weights(home: Path, name: str) -> dict[str, torch.Tensor]:
