@@ -48,7 +48,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from etl.records.attribution import attribute_labels, feature_rows
+from etl.records.attribution import (
+    MATCHED_COLUMN,
+    OUTSIDE_PREFIX,
+    TYPES_COLUMN,
+    attribute_labels,
+    feature_rows,
+    label_count_columns,
+)
 from etl.records.dedup import dedup_impressions
 from etl.records.flatten import flatten_impressions
 from etl.records.landing import (
@@ -72,7 +79,7 @@ from etl.records.quarantine import (
     with_label_problem,
     write_quarantine,
 )
-from schemas.paths import landing_location, local_path
+from schemas.paths import REPO_ROOT, landing_location, local_path
 from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_many_bad
 from schemas.config import DatasetJobConfig
 from schemas.errors import DataRefusedError, LandingError
@@ -80,10 +87,11 @@ from schemas.names import format_ds, parse_ds
 from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DatasetRegistry, load_dataset
 from schemas.spark import impression_record_schema
-from warehouse.command import counting_jobs, run_spark_job
+from warehouse.command import run_spark_job
 from warehouse.evolution import prepare_for_write
 from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import GateOutcome, audit_and_publish, new_run_id
+from warehouse.spark_jobs import RunJobs, counting_jobs, explain
 from warehouse.tables import CommitMetrics, persisted
 
 
@@ -93,6 +101,7 @@ class LabelJoinConfig(DatasetJobConfig):
     landing: str | None = None
     allow_open_window: bool = False
     max_bad_fraction: float | None = None  # None: the registry's quality.max_bad_fraction
+    explain_jobs: bool = False  # the summary lists the run's Spark jobs by call site
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -141,6 +150,7 @@ class LabelJoinSummary:
     commit: CommitMetrics | None  # None: not published
     elapsed_s: float
     spark_jobs: int  # Spark jobs the run launched
+    job_list: tuple[str, ...] = ()  # with --explain-jobs: the jobs by call site (warehouse.spark_jobs.explain)
 
     @property
     def published(self) -> bool:
@@ -185,6 +195,7 @@ class LabelJoinSummary:
                          f" (replaced {self.commit.removed_files} files)")  # fmt: skip
         lines.append(f"  elapsed            {self.elapsed_s:.1f}s, {self.rows_per_second:,.0f} rows/s, {self.spark_jobs} Spark "
                      f"jobs, run {self.run_id}")  # fmt: skip
+        lines += [f"  {line}" for line in self.job_list]
         return "\n".join(lines)
 
 
@@ -301,8 +312,12 @@ def run(spark: SparkSession, config: LabelJoinConfig, *, progress: Progress | No
     Raises :class:`DataRefusedError` (nothing published) when too many records are bad or the
     partition fails the quality gate.
     """
-    with counting_jobs(spark, f"featurehouse label-join {config.dataset} ds={format_ds(config.ds)}") as jobs:
+    with counting_jobs(spark, _job_description(config)) as jobs:
         return _run(spark, config, progress, jobs)
+
+
+def _job_description(config: LabelJoinConfig) -> str:
+    return f"featurehouse label-join {config.dataset} ds={format_ds(config.ds)}"
 
 
 @dataclass(frozen=True)
@@ -355,13 +370,13 @@ def _read(spark: SparkSession, config: LabelJoinConfig, plan: _Plan) -> tuple[Da
 
 def _label_counts(spark: SparkSession, config: LabelJoinConfig, plan: _Plan, rows: DataFrame, labels: DataFrame
                   ) -> _LabelCounts:  # fmt: skip
-    """The labels of the persisted ``rows`` again (two of their columns), and this ds's orphan labels."""
+    """The label counts the persisted ``rows`` carry (:func:`label_count_columns`), summed; this ds's orphan labels."""
     registry = plan.registry
     known_types = [label.name for label in registry.labels]
-    stats = attribute_labels(rows.select("impression_id", "event_time"), labels, registry).agg(
-        F.count(F.lit(1)).alias("matched"),
-        F.count_distinct("impression_id", "label_type").alias("distinct_pairs"),
-        *[F.count_if((F.col("label_type") == name) & ~F.col("in_window")).alias(f"out_{name}") for name in known_types],
+    stats = rows.agg(
+        F.sum(MATCHED_COLUMN).alias("matched"),
+        F.sum(TYPES_COLUMN).alias("distinct_pairs"),
+        *[F.sum(OUTSIDE_PREFIX + name).alias(f"out_{name}") for name in known_types],
     ).first()  # fmt: skip
     lookback_days = math.ceil(registry.max_window / dt.timedelta(days=1))
     lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
@@ -369,15 +384,15 @@ def _label_counts(spark: SparkSession, config: LabelJoinConfig, plan: _Plan, row
         _impression_ids_before(spark, plan.landing, plan.table, lookback))
     orphans = labels.where(F.col("ds") == plan.ds).join(known_ids, "impression_id", "left_anti").count()
     return _LabelCounts(
-        matched=int(stats["matched"]),
-        duplicates=int(stats["matched"]) - int(stats["distinct_pairs"]),
-        outside_window={name: int(stats[f"out_{name}"]) for name in known_types},
+        matched=int(stats["matched"] or 0),
+        duplicates=int(stats["matched"] or 0) - int(stats["distinct_pairs"] or 0),
+        outside_window={name: int(stats[f"out_{name}"] or 0) for name in known_types},
         orphans=int(orphans),
     )
 
 
 def _summary(config: LabelJoinConfig, plan: _Plan, found: _Quarantined, labels: _LabelCounts, gate: GateOutcome,
-             *, elapsed_s: float, spark_jobs: int) -> LabelJoinSummary:  # fmt: skip
+             *, elapsed_s: float, spark_jobs: int, job_list: tuple[str, ...] = ()) -> LabelJoinSummary:  # fmt: skip
     """The run's summary, from what each step found."""
     report = gate.report
     return LabelJoinSummary(
@@ -408,10 +423,11 @@ def _summary(config: LabelJoinConfig, plan: _Plan, found: _Quarantined, labels: 
         commit=gate.commit,
         elapsed_s=elapsed_s,
         spark_jobs=spark_jobs,
+        job_list=job_list,
     )
 
 
-def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None, jobs: Callable[[], int]
+def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None, jobs: RunJobs
          ) -> LabelJoinSummary:  # fmt: skip
     started = time.monotonic()
     say = progress or silent
@@ -429,15 +445,20 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
         say(f"{config.dataset} ds={ds}: joining labels")
         labels = raw_labels.where(F.col(VALID_COLUMN))
         impressions = dedup_impressions(flat.where(F.col(VALID_COLUMN)), rows=found.impressions_read)
-        rows = feature_rows(impressions, attribute_labels(impressions, labels, registry), registry, ds)
-        with persisted(rows) as rows:  # computed once: counted, validated and written from the same blocks
-            label_counts = _label_counts(spark, config, plan, rows, labels)
+        counted = feature_rows(impressions, attribute_labels(impressions, labels, registry), registry, ds,
+                               label_counts=True)  # fmt: skip
+        with persisted(counted) as counted:  # computed once: counted, validated and written from the same blocks
+            label_counts = _label_counts(spark, config, plan, counted, labels)
             flat.unpersist()  # the rows are materialised: the parsed records are no longer needed
+            rows = counted.drop(*label_count_columns(registry))  # read from the same persisted blocks
             gate = audit_and_publish(spark, registry, rows, table=plan.table, day=config.ds, run_id=plan.run_id,
                                      home=config.home, quarantined=(found.bad["impressions"], found.bad["labels"]),
                                      progress=say)  # fmt: skip
-    summary = _summary(config, plan, found, label_counts, gate, elapsed_s=time.monotonic() - started,
-                       spark_jobs=jobs())  # fmt: skip
+    elapsed_s = time.monotonic() - started
+    job_list = tuple(explain(jobs.listed(), root=str(REPO_ROOT), run=_job_description(config))) \
+        if config.explain_jobs else ()  # fmt: skip
+    summary = _summary(config, plan, found, label_counts, gate, elapsed_s=elapsed_s, spark_jobs=jobs(),
+                       job_list=job_list)  # fmt: skip
     if not gate.report.success:
         report = gate.report
         raise DataRefusedError(
@@ -469,6 +490,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="join even if some label partitions the windows need are not closed yet (late labels are then missing)",
     )
+    parser.add_argument(
+        "--explain-jobs",
+        action="store_true",
+        help="list the run's Spark jobs in the summary, by the call site that launched them (ours, Spark's, Delta's)",
+    )
     add_common_arguments(parser)
 
 
@@ -479,6 +505,7 @@ def config_from_args(ns: argparse.Namespace) -> LabelJoinConfig:
         landing=ns.landing,
         allow_open_window=ns.allow_open_window,
         max_bad_fraction=ns.max_bad_fraction,
+        explain_jobs=ns.explain_jobs,
         **common_settings(ns),
     )
 

@@ -1,4 +1,4 @@
-"""The ``main`` wrapper of the Spark jobs, and counting the Spark jobs a block launches.
+"""The ``main`` wrapper of the Spark jobs.
 
 Each job module has ``parse_args(argv)``, a pure ``run(spark, config)`` and
 ``main(argv) -> int``; spark-submit, the CLI, Airflow and tests call the same code.
@@ -6,9 +6,7 @@ Each job module has ``parse_args(argv)``, a pure ``run(spark, config)`` and
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -47,21 +45,3 @@ def run_spark_job(parse: Callable[[], C], run: Callable[[Any, C], Summary]) -> i
             return run(spark, config).format()
 
     return run_command(body, secrets)
-
-
-@contextmanager
-def counting_jobs(spark: Any, what: str) -> Iterator[Callable[[], int]]:
-    """Count the Spark jobs launched by this thread inside the block: yields a function returning the count.
-
-    The block runs in a Spark job group of its own (named after ``what``, shown in Spark's UI);
-    the thread's previous group is restored on exit.
-    """
-    sc = spark.sparkContext
-    previous = {key: sc.getLocalProperty(key) for key in ("spark.jobGroup.id", "spark.job.description")}
-    group = f"featurehouse-{uuid.uuid4().hex[:12]}"
-    sc.setJobGroup(group, what)
-    try:
-        yield lambda: len(sc.statusTracker().getJobIdsForGroup(group))
-    finally:
-        for key, value in previous.items():
-            sc.setLocalProperty(key, value)

@@ -40,24 +40,47 @@ def attribute_labels(impressions: DataFrame, labels: DataFrame, registry: Datase
     )
 
 
-def label_columns(attributed: DataFrame, registry: DatasetRegistry) -> DataFrame:
-    """One row per impression with a matched label: one 0/1 column per label type."""
+#: The per-impression label counts :func:`feature_rows` adds on request: label records matched, label types
+#: among them, and per label type the records outside its window. Summed over the rows they are the run's label
+#: counts, so no second join is needed to count them.
+MATCHED_COLUMN = "_labels_matched"
+TYPES_COLUMN = "_label_types"
+OUTSIDE_PREFIX = "_outside_window_"
+
+
+def label_count_columns(registry: DatasetRegistry) -> list[str]:
+    return [MATCHED_COLUMN, TYPES_COLUMN, *(OUTSIDE_PREFIX + label.name for label in registry.labels)]
+
+
+def label_columns(attributed: DataFrame, registry: DatasetRegistry, *, counts: bool = False) -> DataFrame:
+    """One row per impression with a matched label: one 0/1 column per label type (and, with ``counts``, the
+    :func:`label_count_columns`)."""
+    of_type = {label.name: F.col("label_type") == label.name for label in registry.labels}
+    extra = [
+        F.count(F.lit(1)).alias(MATCHED_COLUMN),
+        sum((F.max(is_type.cast("int")) for is_type in of_type.values()), F.lit(0)).alias(TYPES_COLUMN),
+        *[F.count_if(is_type & ~F.col("in_window")).alias(OUTSIDE_PREFIX + name) for name, is_type in of_type.items()],
+    ] if counts else []  # fmt: skip
     return attributed.groupBy("impression_id").agg(
         *[
-            F.max(F.when((F.col("label_type") == label.name) & F.col("in_window"), 1).otherwise(0)).alias(label.column)
+            F.max(F.when(of_type[label.name] & F.col("in_window"), 1).otherwise(0)).alias(label.column)
             for label in registry.labels
-        ]
+        ],
+        *extra,
     )
 
 
-def feature_rows(impressions: DataFrame, attributed: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+def feature_rows(impressions: DataFrame, attributed: DataFrame, registry: DatasetRegistry, ds: str, *,
+                 label_counts: bool = False) -> DataFrame:  # fmt: skip
     """The rows of the feature table for ``ds``: keys, labels (0/1), features, ds.
 
     ``impressions``: valid, deduplicated rows of :func:`flatten_impressions`; ``attributed``: their
-    labels, from :func:`attribute_labels`.
+    labels, from :func:`attribute_labels`. ``label_counts``: the rows also carry the
+    :func:`label_count_columns` (drop them before writing).
     """
-    positives = label_columns(attributed, registry)
-    joined = impressions.join(positives, "impression_id", "left").fillna(0, subset=list(registry.label_columns))
+    counted = label_count_columns(registry) if label_counts else []
+    positives = label_columns(attributed, registry, counts=label_counts)
+    joined = impressions.join(positives, "impression_id", "left").fillna(0, subset=[*registry.label_columns, *counted])
     return joined.select(
         "impression_id",
         "user_id",
@@ -66,4 +89,5 @@ def feature_rows(impressions: DataFrame, attributed: DataFrame, registry: Datase
         *[F.col(c).cast("int").alias(c) for c in registry.label_columns],
         *[f.name for f in registry.stored_features],
         F.lit(ds).alias("ds"),
+        *counted,
     )

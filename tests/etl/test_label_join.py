@@ -139,10 +139,17 @@ def test_duplicates_collapse_and_orphans_are_counted(spark, request, tmp_path, r
     )
     close_label_days(landing, DAY1, 4)
 
-    summary = join(spark, request, tmp_path, registry_dir)
+    summary = join(spark, request, tmp_path, registry_dir, explain_jobs=True)
 
     assert labels_by_id(spark, summary.table) == {"a": (1, 0), "b": (0, 0)}
     assert spark.table(summary.table).count() == 2
+    # --explain-jobs: every job of the run, by call site, ours and Delta's among them
+    head, *sites = summary.job_list
+    assert head.startswith(f"{summary.spark_jobs} Spark jobs: ") and summary.spark_jobs > 0
+    assert sum(int(line.split(" x ")[0]) for line in sites) == summary.spark_jobs
+    assert any("etl/label_join.py:" in line and "[featurehouse," in line for line in sites), sites
+    assert any("[delta," in line for line in sites), sites
+    assert summary.format().endswith("\n".join(f"  {line}" for line in summary.job_list))
     assert summary.impressions_read == 4
     assert summary.duplicate_impressions == 2
     assert summary.labels_matched == 2
