@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tabulate import tabulate
 
 
 def reference_parse(path: Path, days: int, out: Path) -> int:
@@ -131,11 +132,13 @@ def print_figures(seconds: dict[str, list[float]], lines: dict[str, int], rows: 
     base = statistics.median(seconds["featurehouse import criteo"])
     print(f"\n{rows:,} lines, {'gzip' if ns.gzip else 'plain'}, {ns.days} days, local Spark on this machine, "
           f"{ns.runs} runs each after a warm-up (median [min..max])")  # fmt: skip
-    print(f"{'':38} {'seconds':>22} {'lines/s':>10} {'featurehouse time / this':>25}")
+    rows = []
     for name, runs in seconds.items():
         median = statistics.median(runs)
-        spread = f"{median:6.1f} [{min(runs):5.1f}..{max(runs):5.1f}]"
-        print(f"{name:38} {spread:>22} {lines[name] / median:10,.0f} {base / median:24.2f}x")
+        rows.append((name, f"{median:6.1f} [{min(runs):5.1f}..{max(runs):5.1f}]", f"{lines[name] / median:,.0f}",
+                     f"{base / median:.2f}x"))  # fmt: skip
+    print(tabulate(rows, headers=("", "seconds", "lines/s", "featurehouse time / this"), tablefmt="plain",
+                   colalign=("left", "right", "right", "right"), disable_numparse=True))  # fmt: skip
 
 
 def main() -> None:

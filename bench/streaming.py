@@ -65,6 +65,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tabulate import tabulate
+
 DS = dt.date(2026, 11, 1)
 DATASET = "ads"
 THROUGHPUT_DAYS = 5
@@ -158,14 +160,14 @@ def writer_parts(batch_id: int, writer: dict[int, dict[str, float]]) -> dict[str
 
 def profile_lines(batches: list[dict], writer: dict[int, dict[str, float]], indent: str = "    ") -> list[str]:
     """One line per micro-batch: input rows, the durationMs breakdown, and addBatch's writer by part (seconds)."""
-    lines = [f"{indent}{'batch':>5} {'rows in':>8} " + " ".join(f"{p:>9.9}" for p in PARTS) + " | "
-             + " ".join(f"{p:>11}" for p in WRITER_PARTS)]  # fmt: skip
+    headers = ["batch", "rows in", *(p[:9] for p in PARTS), "|", *WRITER_PARTS]
+    rows = []
     for b in batches:
         d, w = b["durationMs"], writer_parts(b["batchId"], writer)
-        lines.append(f"{indent}{b['batchId']:>5} {b['numInputRows']:>8,} "
-                     + " ".join(f"{d.get(p, 0) / 1000:>9.2f}" for p in PARTS) + " | "
-                     + " ".join(f"{w.get(p, 0.0):>11.2f}" for p in WRITER_PARTS))  # fmt: skip
-    return lines
+        rows.append([str(b["batchId"]), f"{b['numInputRows']:,}", *(f"{d.get(p, 0) / 1000:.2f}" for p in PARTS), "|",
+                     *(f"{w.get(p, 0.0):.2f}" for p in WRITER_PARTS)])  # fmt: skip
+    table = tabulate(rows, headers=headers, tablefmt="plain", stralign="right", disable_numparse=True)
+    return [indent + line for line in table.splitlines()]
 
 
 # --------------------------------------------------------------------------- 1. throughput
@@ -576,10 +578,10 @@ def report_throughput(tp: dict) -> None:
     a, b = t["(a) batch label-join, day 1"], t["(b) stream, files, available-now"]
     say(f"\n1. throughput: {THROUGHPUT_DAYS} generated days of {tp['impressions']:,} impressions, "
         f"{len(a.seconds)} runs each after a warm-up (median [min..max])")  # fmt: skip
-    say(f"{'':36} {'records read':>12} {'seconds':>22} {'records/s':>10}")
-    for name, x in t.items():
-        spread = f"{x.median():6.1f} [{min(x.seconds):5.1f}..{max(x.seconds):5.1f}]"
-        say(f"{name:36} {statistics.median(x.records):>12,.0f} {spread:>22} {x.rate():>10,.0f}")
+    rows = [(name, f"{statistics.median(x.records):,.0f}", f"{x.median():6.1f} [{min(x.seconds):5.1f}..{max(x.seconds):5.1f}]",
+             f"{x.rate():,.0f}") for name, x in t.items()]  # fmt: skip
+    say(tabulate(rows, headers=("", "records read", "seconds", "records/s"), tablefmt="plain",
+                 colalign=("left", "right", "right", "right"), disable_numparse=True))  # fmt: skip
     say(f"stream/batch records/s: {b.rate() / a.rate():.2f}x   (stream/batch seconds: "
         f"{b.median() / a.median():.2f}x for {statistics.median(b.records) / statistics.median(a.records):.1f}x "
         "the records)")  # fmt: skip

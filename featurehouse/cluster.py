@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from tabulate import tabulate
+
 from schemas.errors import ConfigError, FeaturehouseError
 from schemas.exit import run_command
 from schemas.paths import default_home
@@ -297,9 +299,9 @@ class Cluster:
                                                                  f"{self.profile.cluster.worker_memory}"),
             ("thrift", self.service("thrift").pid() is not None, f"jdbc:hive2://127.0.0.1:{ends.thrift_port}"),
         ]  # fmt: skip
-        width = max(len(name) for name, _, _ in rows)
-        lines = [f"{name.ljust(width)}  {'running' if up else 'stopped'}  {where}" for name, up, where in rows]
-        return "\n".join([f"cluster of profile {self.profile.name} (state in {self.state}):", *lines])
+        table = tabulate([(name, "running" if up else "stopped", where) for name, up, where in rows], tablefmt="plain",
+                         disable_numparse=True)  # fmt: skip
+        return "\n".join([f"cluster of profile {self.profile.name} (state in {self.state}):", table])
 
 
 @contextmanager

@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import Any
 
 from pyspark.sql import SparkSession
+from tabulate import tabulate
 
 from schemas.config import SparkJobConfig
 from schemas.delta_arrow import column_mapping_message
@@ -141,9 +142,8 @@ def _cell(value: Any) -> str:
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, total_rows: int | None = None) -> str:
     """A plain-text table with a header rule and a row count; ``total_rows``: the rows were cut, of that many."""
     cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()  # noqa: E731
-    out = [line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    # every cell as Spark gave it: text (no number alignment), its own spaces kept
+    out = [tabulate(cells, headers=list(columns), tablefmt="simple", disable_numparse=True, preserve_whitespace=True)]
     if total_rows is None:
         out.append(f"({len(rows):,} row{'s' if len(rows) != 1 else ''})")
     else:

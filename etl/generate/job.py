@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from tabulate import tabulate
 
 from etl.generate import features as gf
 from etl.generate import jsonl as gj
@@ -191,13 +192,15 @@ class GenerateSummary:
             f"{self.orphan_labels:,} orphans, {self.labels_outside_window:,} outside their window)",
             f"click rate {self.clicks / n:.2%}, conversion rate {self.conversions / n:.2%} of impressions; "
             f"{self.labels_past_horizon:,} labels fell after {lab[-1].ds} and were not written",
-            "ds          impressions  clicks  conversions  label lines",
         ]
         by_ds = {day.ds: day for day in lab}
+        rows = []
         for ds in sorted({day.ds for day in imp} | set(by_ds)):
             day = next((d for d in imp if d.ds == ds), None)
-            cells = (f"{day.written:>11,}  {day.clicks:>6,}  {day.conversions:>11,}" if day else " " * 33)
-            lines.append(f"{ds}  {cells}  {by_ds[ds].written if ds in by_ds else 0:>11,}")
+            cells = (day.written, day.clicks, day.conversions) if day else (None, None, None)  # a label-only day
+            rows.append((ds, *cells, by_ds[ds].written if ds in by_ds else 0))
+        lines.append(tabulate(rows, headers=("ds", "impressions", "clicks", "conversions", "label lines"),
+                              tablefmt="plain", intfmt=","))  # fmt: skip
         return "\n".join(lines)
 
 

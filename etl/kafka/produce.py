@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
+from tabulate import tabulate
 
 from etl.kafka.admin import BrokerError, answers, create_topics
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
@@ -102,11 +103,11 @@ class ProduceSummary:
         c, days = self.config, self.config.days_to_send
         span = format_ds(days[0]) + (f"..{format_ds(days[-1])} ({len(days)} days)" if len(days) > 1 else "")
         cap = f", --rate {c.rate:g}" if c.rate else ""
-        width = max(len(t.topic) for t in self.topics)
+        rows = [(t.topic, f"{t.lines:,} lines", f"{t.bytes / 1e6:,.1f} MB") for t in self.topics]
         return "\n".join([
             f"produced {c.dataset} ds {span} from {c.landing} to {c.bootstrap} in {self.elapsed_s:.1f}s "
             f"({self.lines / max(self.elapsed_s, 1e-9):,.0f} lines/s{cap})",
-            *(f"{t.topic:<{width}}  {t.lines:>10,} lines  {t.bytes / 1e6:>8,.1f} MB" for t in self.topics),
+            tabulate(rows, tablefmt="plain", colalign=("left", "right", "right"), disable_numparse=True),
         ])
 
 
