@@ -11,6 +11,7 @@ STAMP  := $(VENV)/.installed
 JARS   := .jvm/.resolved
 KAFKA  := .jvm/.kafka-resolved
 S3     := .jvm/.s3-resolved
+CDS    := .jvm/.cds-made
 PETASTORM := .venv-petastorm/.installed
 
 .PHONY: demo test bench bench-quick install jars s3-jars postgres clean
@@ -29,7 +30,7 @@ bench: install $(PETASTORM)
 bench-quick: install $(PETASTORM)
 	$(VENV)/bin/featurehouse bench --quick
 
-install: $(STAMP) $(JARS) $(KAFKA) $(S3)
+install: $(STAMP) $(JARS) $(KAFKA) $(S3) $(CDS)
 
 jars: $(JARS) $(KAFKA)
 
@@ -44,6 +45,13 @@ $(STAMP): pyproject.toml Makefile
 # Delta's and Spark's Kafka connector's JVM packages from Maven Central (jvm/pom.xml), resolved once into .jvm/jars.
 $(JARS): jvm/pom.xml jvm/sync_jars.sh $(STAMP)
 	jvm/sync_jars.sh $(VENV)/bin/python
+	touch $@
+
+# The driver JVM's class-data archive (warehouse/cds.py): made once for the embedded default's classpath, so
+# that every later session maps its classes instead of loading them (FEATUREHOUSE_CDS=off starts without it).
+# An archive that cannot be made is reported and skipped: sessions then start as they would without it.
+$(CDS): $(STAMP) $(JARS)
+	$(VENV)/bin/python -m warehouse.cds || echo "note: no class-data archive was made; Spark sessions start without one"
 	touch $@
 
 # Apache Kafka's broker for local runs and tests (jvm/kafka/pom.xml), resolved once into .jvm/kafka.

@@ -26,6 +26,8 @@ from schemas.errors import ConfigError
 from schemas.paths import default_home, warehouse_location
 from schemas.redact import REDACTED, SECRET_KEY
 from schemas.settings import METASTORE_URL
+from warehouse import cds
+from warehouse.cds import merge_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Where ``make jars`` puts the Delta jars that the pyspark wheel lacks.
 DEFAULT_JARS_DIR = REPO_ROOT / ".jvm" / "jars"
+#: The driver JVM's options: the embedded default's, the class-data archive's and the user's, merged.
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: The Delta package for pyspark 4.2 (keep in step with jvm/pom.xml and pyproject.toml).
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 
@@ -72,7 +76,7 @@ def embedded_confs(home: Path) -> dict[str, str]:
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": warehouse_location(home),
         METASTORE_URL: f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={home}",
+        JAVA_OPTIONS: f"-Dderby.system.home={home}",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "8",
         "spark.databricks.delta.snapshotPartitions": "4",
@@ -114,14 +118,17 @@ def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dic
     a setting spark-submit was given (``--master``, ``--conf``) is kept, and Delta comes from its
     ``--jars``/``--packages``. Elsewhere, pass ``spark.jars`` or ``spark.jars.packages`` yourself and
     no local jar folder is needed. A PostgreSQL metastore's JDBC driver is put on the driver's
-    classpath (``spark.driver.extraClassPath``), where Hive's metastore client looks for it.
+    classpath (``spark.driver.extraClassPath``), where Hive's metastore client looks for it. A
+    ``spark.driver.extraJavaOptions`` of the user's is merged into the embedded one (Derby's home)
+    and the class-data archive's (``warehouse/cds.py``), not put in their place.
     """
     confs = embedded_confs(home)
     overrides = dict(overrides or {})
+    user_java_options = overrides.pop(JAVA_OPTIONS, None)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if under_submit:
         # spark-submit already launched the driver JVM with its own master, memory, options and settings.
-        for key in ("spark.master", "spark.driver.memory", "spark.driver.extraJavaOptions"):
+        for key in ("spark.master", "spark.driver.memory", JAVA_OPTIONS):
             confs.pop(key)
         submitted = submitted_confs()
         confs = {k: v for k, v in confs.items() if k not in submitted}
@@ -139,6 +146,11 @@ def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dic
         if drivers:
             path = [p for p in confs.get("spark.driver.extraClassPath", "").split(os.pathsep) if p]
             confs["spark.driver.extraClassPath"] = os.pathsep.join(path + [j for j in drivers if j not in path])
+        # the user's driver options join the embedded ones (Derby's home) and the class-data archive, last so
+        # that theirs win where they set the same option
+        confs[JAVA_OPTIONS] = merge_java_options(confs.get(JAVA_OPTIONS), cds.java_options(confs), user_java_options)
+    elif user_java_options is not None:
+        confs[JAVA_OPTIONS] = user_java_options  # spark-submit launched the driver; the value is for the record
     return confs
 
 
@@ -159,8 +171,8 @@ def spark_submit_args(home: Path, overrides: Mapping[str, str] | None = None) ->
         args += ["--jars", confs.pop("spark.jars")]
     if "spark.driver.memory" in confs:
         args += ["--driver-memory", confs.pop("spark.driver.memory")]
-    if "spark.driver.extraJavaOptions" in confs:
-        args += ["--driver-java-options", confs.pop("spark.driver.extraJavaOptions")]
+    if confs.get(JAVA_OPTIONS):
+        args += ["--driver-java-options", confs.pop(JAVA_OPTIONS)]
     for key, value in confs.items():
         args += ["--conf", f"{key}={value}"]
     return args

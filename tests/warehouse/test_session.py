@@ -80,3 +80,31 @@ def test_a_postgres_metastore_puts_its_jdbc_driver_on_the_driver_classpath(tmp_p
     path = confs["spark.driver.extraClassPath"].split(os.pathsep)
     assert path[0] == "/opt/mine.jar" and len(path) == 2 and Path(path[1]).name.startswith("postgresql-")
     assert "spark.driver.extraClassPath" not in session_confs(tmp_path)  # embedded Derby needs nothing there
+
+
+def test_driver_options_merge_the_users_with_derbys_home_and_the_class_data_archive(tmp_path, monkeypatch):
+    """A user's spark.driver.extraJavaOptions joins the embedded one (Derby's home) and the archive's, last so
+    that it wins; the archive is named only for the classpath it was made for, and spark-args prints it too."""
+    from warehouse import cds
+    from warehouse.session import JAVA_OPTIONS, delta_jars, session_confs, spark_submit_args
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.delenv(cds.SWITCH, raising=False)
+    monkeypatch.setattr(cds, "ARCHIVE_DIR", tmp_path / "cds")
+    home = tmp_path / "home"
+    derby = f"-Dderby.system.home={home.resolve()}"
+    user = {JAVA_OPTIONS: "-Dfoo=1 -Xss4m"}
+
+    assert session_confs(home, user)[JAVA_OPTIONS] == f"{derby} -Dfoo=1 -Xss4m"  # no archive made yet
+    archive = cds.archive_path(",".join(delta_jars()))
+    archive.parent.mkdir()
+    archive.write_bytes(b"")
+    with_archive = f"{derby} {cds._USE.format(path=archive)} -Dfoo=1 -Xss4m"
+    assert session_confs(home, user)[JAVA_OPTIONS] == with_archive
+    args = spark_submit_args(home, user)
+    assert args[args.index("--driver-java-options") + 1] == with_archive
+
+    other_jars = session_confs(home, {**user, "spark.jars": "/elsewhere/hadoop-aws.jar"})  # another classpath
+    assert other_jars[JAVA_OPTIONS] == f"{derby} -Dfoo=1 -Xss4m"
+    monkeypatch.setenv(cds.SWITCH, "off")
+    assert session_confs(home, user)[JAVA_OPTIONS] == f"{derby} -Dfoo=1 -Xss4m"
