@@ -22,7 +22,7 @@ demo: install
 # Two lanes on two cores: one xdist group per test module, the longest first in the order tests/conftest.py
 # gives (xdist would otherwise put the modules with the most tests first).
 test: install postgres
-	$(VENV)/bin/pytest -n 2 --dist loadgroup --no-loadscope-reorder
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 bench: install $(PETASTORM)
 	$(VENV)/bin/featurehouse bench
