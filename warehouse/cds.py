@@ -51,11 +51,13 @@ def archive_path(jars: str) -> Path:
 
 
 def java_options(confs: Mapping[str, str]) -> str | None:
-    """The driver options that map the archive made for these session confs, or None where there is none."""
+    """The one driver option that maps the archive made for these session confs (``-XX:VMOptionsFile`` naming
+    the archive's options file: one word, so it passes through ``$(featurehouse spark-args)``), or None."""
     if os.environ.get(_MAKING) or os.environ.get(SWITCH) == "off" or confs.get("spark.driver.extraClassPath"):
         return None  # dumping now; switched off; or a classpath the archive was not made with (a JDBC driver's)
     path = archive_path(confs.get("spark.jars", ""))
-    return _USE.format(path=path) if path.is_file() else None
+    options = path.with_suffix(".options")
+    return f"-XX:VMOptionsFile={options}" if path.is_file() and options.is_file() else None
 
 
 def merge_java_options(*options: str | None) -> str:
@@ -102,9 +104,10 @@ def make() -> Path:
         if done.returncode != 0 or not dumped.is_file():
             raise SystemExit(f"making the class-data archive failed (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        for old in target.parent.glob("driver-*.jsa"):
+        for old in target.parent.glob("driver-*"):
             old.unlink()
         shutil.move(dumped, target)
+        target.with_suffix(".options").write_text(_USE.format(path=target) + "\n")
     return target
 
 

@@ -37,6 +37,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JARS_DIR = REPO_ROOT / ".jvm" / "jars"
 #: The driver JVM's options: the embedded default's, the class-data archive's and the user's, merged.
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: Spark puts these before the driver's extraJavaOptions: where the class-data archive's option goes.
+DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 #: The Delta package for pyspark 4.2 (keep in step with jvm/pom.xml and pyproject.toml).
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 
@@ -119,8 +121,9 @@ def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dic
     ``--jars``/``--packages``. Elsewhere, pass ``spark.jars`` or ``spark.jars.packages`` yourself and
     no local jar folder is needed. A PostgreSQL metastore's JDBC driver is put on the driver's
     classpath (``spark.driver.extraClassPath``), where Hive's metastore client looks for it. A
-    ``spark.driver.extraJavaOptions`` of the user's is merged into the embedded one (Derby's home)
-    and the class-data archive's (``warehouse/cds.py``), not put in their place.
+    ``spark.driver.extraJavaOptions`` of the user's is merged into the embedded one (Derby's home),
+    not put in its place; the class-data archive (``warehouse/cds.py``) is named in
+    ``spark.driver.defaultJavaOptions``, ahead of the user's own there.
     """
     confs = embedded_confs(home)
     overrides = dict(overrides or {})
@@ -146,9 +149,11 @@ def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dic
         if drivers:
             path = [p for p in confs.get("spark.driver.extraClassPath", "").split(os.pathsep) if p]
             confs["spark.driver.extraClassPath"] = os.pathsep.join(path + [j for j in drivers if j not in path])
-        # the user's driver options join the embedded ones (Derby's home) and the class-data archive, last so
-        # that theirs win where they set the same option
-        confs[JAVA_OPTIONS] = merge_java_options(confs.get(JAVA_OPTIONS), cds.java_options(confs), user_java_options)
+        # the user's driver options join the embedded one (Derby's home), last so that theirs win; the class-data
+        # archive goes in Spark's default driver options, which come before both
+        confs[JAVA_OPTIONS] = merge_java_options(confs.get(JAVA_OPTIONS), user_java_options)
+        if archive := cds.java_options(confs):
+            confs[DEFAULT_JAVA_OPTIONS] = merge_java_options(archive, confs.get(DEFAULT_JAVA_OPTIONS))
     elif user_java_options is not None:
         confs[JAVA_OPTIONS] = user_java_options  # spark-submit launched the driver; the value is for the record
     return confs

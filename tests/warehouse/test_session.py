@@ -83,10 +83,11 @@ def test_a_postgres_metastore_puts_its_jdbc_driver_on_the_driver_classpath(tmp_p
 
 
 def test_driver_options_merge_the_users_with_derbys_home_and_the_class_data_archive(tmp_path, monkeypatch):
-    """A user's spark.driver.extraJavaOptions joins the embedded one (Derby's home) and the archive's, last so
-    that it wins; the archive is named only for the classpath it was made for, and spark-args prints it too."""
+    """A user's spark.driver.extraJavaOptions joins the embedded one (Derby's home), last so that it wins; the
+    class-data archive is one word in spark.driver.defaultJavaOptions, named only for the classpath it was made
+    for, and spark-args prints it as a --conf that passes through $(...)."""
     from warehouse import cds
-    from warehouse.session import JAVA_OPTIONS, delta_jars, session_confs, spark_submit_args
+    from warehouse.session import DEFAULT_JAVA_OPTIONS, JAVA_OPTIONS, delta_jars, session_confs, spark_submit_args
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     monkeypatch.delenv(cds.SWITCH, raising=False)
@@ -95,16 +96,21 @@ def test_driver_options_merge_the_users_with_derbys_home_and_the_class_data_arch
     derby = f"-Dderby.system.home={home.resolve()}"
     user = {JAVA_OPTIONS: "-Dfoo=1 -Xss4m"}
 
-    assert session_confs(home, user)[JAVA_OPTIONS] == f"{derby} -Dfoo=1 -Xss4m"  # no archive made yet
+    confs = session_confs(home, user)
+    assert confs[JAVA_OPTIONS] == f"{derby} -Dfoo=1 -Xss4m" and DEFAULT_JAVA_OPTIONS not in confs  # no archive yet
     archive = cds.archive_path(",".join(delta_jars()))
     archive.parent.mkdir()
     archive.write_bytes(b"")
-    with_archive = f"{derby} {cds._USE.format(path=archive)} -Dfoo=1 -Xss4m"
-    assert session_confs(home, user)[JAVA_OPTIONS] == with_archive
-    args = spark_submit_args(home, user)
-    assert args[args.index("--driver-java-options") + 1] == with_archive
+    assert DEFAULT_JAVA_OPTIONS not in session_confs(home, user)  # an archive without its options file
+    archive.with_suffix(".options").write_text(cds._USE.format(path=archive))
+    confs = session_confs(home, user)
+    assert confs[JAVA_OPTIONS] == f"{derby} -Dfoo=1 -Xss4m"
+    assert confs[DEFAULT_JAVA_OPTIONS] == f"-XX:VMOptionsFile={archive.with_suffix('.options')}"
+    args = spark_submit_args(home, {})
+    assert args[args.index("--driver-java-options") + 1] == derby
+    assert f"{DEFAULT_JAVA_OPTIONS}=-XX:VMOptionsFile={archive.with_suffix('.options')}" in args
 
     other_jars = session_confs(home, {**user, "spark.jars": "/elsewhere/hadoop-aws.jar"})  # another classpath
-    assert other_jars[JAVA_OPTIONS] == f"{derby} -Dfoo=1 -Xss4m"
+    assert DEFAULT_JAVA_OPTIONS not in other_jars
     monkeypatch.setenv(cds.SWITCH, "off")
-    assert session_confs(home, user)[JAVA_OPTIONS] == f"{derby} -Dfoo=1 -Xss4m"
+    assert DEFAULT_JAVA_OPTIONS not in session_confs(home, user)
