@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.common import figure, ratio, rounds, say, spread
 from warehouse import cds
-from warehouse.session import delta_jars
+from warehouse.session import session_confs
 
 FEATUREHOUSE = str(Path(sys.executable).parent / "featurehouse")
 
@@ -40,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each contender after a warm-up (>= 3)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
-        archive = cds.archive_path(",".join(delta_jars()))
-        if not archive.is_file():
-            raise SystemExit(f"no class-data archive at {archive}: run `python -m warehouse.cds` (make install does)")
+        if cds.java_options(session_confs(Path(scratch) / "probe")) is None:  # the sessions below would map none
+            raise SystemExit("no class-data archive for the embedded default: run `python -m warehouse.cds` "
+                             "(make install does)")  # fmt: skip
         contenders = {"without the archive": SelectOne(Path(scratch) / "a", archive=False),
                       "with the archive": SelectOne(Path(scratch) / "b", archive=True)}  # fmt: skip
         results = rounds(contenders, args.runs, label="SELECT 1, ")

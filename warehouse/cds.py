@@ -24,7 +24,10 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from schemas.errors import ConfigError
+from schemas.paths import REPO_ROOT
+from warehouse.processes import java
+
 ARCHIVE_DIR = REPO_ROOT / ".jvm" / "cds"
 #: The options that map an archive; the log options keep the JVM quiet about one that no longer matches.
 _USE = "-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off -Xlog:class+path=off"
@@ -34,19 +37,17 @@ SWITCH = "FEATUREHOUSE_CDS"
 _MAKING = "FEATUREHOUSE_CDS_MAKING"
 
 
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    return os.path.realpath(java) if java else ""
-
-
 def archive_path(jars: str) -> Path:
     """Where the archive of this JVM, pyspark's jars and the session's ``spark.jars`` (comma-separated) lives."""
     import pyspark
 
     spark_jars = Path(pyspark.__file__).parent / "jars"
     classpath = sorted(f"{p.name}:{p.stat().st_size}" for p in spark_jars.glob("*.jar"))
-    key = hashlib.sha256("\n".join([_java(), pyspark.__version__, *classpath, jars]).encode()).hexdigest()[:16]
+    try:
+        jvm = os.path.realpath(java("a Spark session"))
+    except ConfigError:
+        jvm = ""  # no JVM, so no archive of one; the session itself names the fix
+    key = hashlib.sha256("\n".join([jvm, pyspark.__version__, *classpath, jars]).encode()).hexdigest()[:16]
     return ARCHIVE_DIR / f"driver-{key}.jsa"
 
 
