@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from delta.tables import DeltaTable
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -52,7 +54,12 @@ def ensure_catalog(spark: SparkSession) -> None:
     for name in CATALOG_TABLES:
         ensure_catalog_table(spark, name)
     for name, body in VIEWS.items():
-        spark.sql(f"CREATE OR REPLACE VIEW {CATALOG_DATABASE}.{name} AS {body.strip()}")
+        # CREATE OR REPLACE VIEW is a drop and a create in the metastore: a concurrent job's create can land in
+        # between, and this one then fails as TABLE_OR_VIEW_ALREADY_EXISTS; once more replaces it (same body)
+        for attempt in Retrying(stop=stop_after_attempt(4), wait=wait_incrementing(start=0.5, increment=0.5),
+                                retry=retry_if_exception_type(AnalysisException), reraise=True):  # fmt: skip
+            with attempt:
+                spark.sql(f"CREATE OR REPLACE VIEW {CATALOG_DATABASE}.{name} AS {body.strip()}")
 
 
 def feature_row(registry: DatasetRegistry, feature: Feature) -> dict[str, Any]:
