@@ -5,9 +5,10 @@
                                                         "start": "2026-11-01", "end": "2026-11-05"}'
 
 * With ``feature``: ``spark-submit etl/maintenance/backfill.py``, which fills that derived feature into the
-  range's partitions, one verified Delta commit each (partitions already filled are skipped).
+  range's partitions, one verified Delta commit each (partitions already filled are skipped), and
+  recomputes the catalog statistics of the partitions it rewrote.
 * Without: the label join is run again for every ds of the range (one mapped task per ds, each
-  replacing its partition), then the catalog statistics of the range are refreshed.
+  replacing its partition and its catalog statistics).
 
 Every Spark task takes the Spark pool's slot, so on the embedded metastore the ds run one by one.
 """
@@ -62,10 +63,6 @@ with DAG(
     def join_args(days: list[str], params=None) -> list[list[str]]:
         return [["--dataset", params["dataset"], "--ds", day] for day in days]
 
-    @task
-    def stats_args(days: list[str], params=None) -> list[str]:
-        return ["stats", "--dataset", params["dataset"], *[arg for day in days for arg in ("--ds", day)]]
-
     days = plan()
     backfill_feature = FeaturehouseSubmit(
         task_id="backfill_feature",
@@ -77,6 +74,4 @@ with DAG(
     label_join = FeaturehouseSubmit.partial(
         task_id="label_join", job="label_join", reads_landing=True, pool=SPARK_POOL  # a mapped task needs it here
     ).expand(application_args=joins)
-    stats = FeaturehouseSubmit(task_id="catalog_stats", job="catalog", application_args=stats_args(days))
     days >> choose() >> [backfill_feature, joins]
-    label_join >> stats

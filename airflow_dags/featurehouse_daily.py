@@ -1,7 +1,7 @@
 """``featurehouse_daily``: each ds waits for its logs and closed label windows, then joins, validates, publishes.
 
     wait_impressions ─┐
-                      ├─> label_join ─> catalog_stats
+                      ├─> label_join
     wait_labels ──────┘
 
 * The ds is the run's logical date (UTC): the scheduled run of 2026-11-03 joins ds 2026-11-03.
@@ -11,7 +11,8 @@
 * ``label_join`` is ``spark-submit etl/label_join.py --dataset D --ds DS``, the command-line job.
   A ds the quality gate refuses fails the run at once (no retry) with the job's message, which
   names the gate's report; the rows wait in staging for ``featurehouse publish``.
-* ``catalog_stats`` then refreshes that partition's statistics in the feature catalog.
+  The join also writes the published partition's statistics into the feature catalog
+  (``featurehouse_catalog.feature_stats``), from its own rows: one Spark task per ds.
 
 Every step replaces what a previous try of the same ds wrote, so a rerun or retry leaves one copy.
 Catchup is on from ``$FEATUREHOUSE_DAILY_START`` (default 2026-11-01).
@@ -54,9 +55,4 @@ with DAG(
         application_args=["--dataset", "{{ params.dataset }}", "--ds", "{{ ds }}"],
         reads_landing=True,
     )
-    stats = FeaturehouseSubmit(
-        task_id="catalog_stats",
-        job="catalog",
-        application_args=["stats", "--dataset", "{{ params.dataset }}", "--ds", "{{ ds }}"],
-    )
-    [wait_impressions(), wait_labels()] >> join >> stats
+    [wait_impressions(), wait_labels()] >> join

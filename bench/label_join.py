@@ -11,7 +11,8 @@ counts, printed with min and max:
 
 * **(a) featurehouse**: ``etl.label_join.run`` as ``featurehouse label-join`` runs it: parse,
   quarantine, dedup, label join, the quality gate (Great Expectations) and one Delta commit
-  replacing the ds, with the catalog record and the summary's counts.
+  replacing the ds, with the catalog record, the summary's counts and the ds's catalog statistics.
+* **(s) featurehouse --no-stats**: (a) without the catalog statistics; (a)/(s) is what they cost.
 * **(b) Spark, no checks** (peer): the same join as a plain Spark job in this file: read the JSON
   with the registry's schema (``spark.read.json``), dedup with a window, join the labels inside
   their windows, one Delta write. No quarantine, no line numbers, no gate, no counts.
@@ -40,6 +41,7 @@ footprint (its resident size just before the run is printed beside it).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import shutil
@@ -235,7 +237,10 @@ def startup(key: str, home: Path) -> dict:
 
 # --------------------------------------------------------------------------- the contenders, measured
 
-NAMES = {"a": "featurehouse label-join", "b": "Spark, no checks", "c": "DuckDB", "d": "Polars"}
+NAMES = {"a": "featurehouse label-join", "s": "featurehouse label-join --no-stats", "b": "Spark, no checks",
+         "c": "DuckDB", "d": "Polars"}
+#: The engine each contender starts (its start-up rounds): (s) is (a) without the statistics.
+ENGINE = {"s": "a"}
 
 
 def _steps(say_log: list[tuple[float, str]], end: float) -> dict[str, float]:
@@ -397,6 +402,7 @@ def _contenders(spark, registry, work: Path, landing: Path, size: int) -> dict[s
 
     config = label_join.LabelJoinConfig(dataset="ads", ds=DS, home=work / "spark", landing=str(landing))
     return {"a": FeaturehouseLabelJoin(spark, config),
+            "s": FeaturehouseLabelJoin(spark, dataclasses.replace(config, stats=False)),
             "b": PlainSparkJoin(spark, registry, landing, work / f"plain_{size}"),
             "c": DuckdbJoin(registry, landing, work / f"duck_{size}.parquet"),
             "d": PolarsJoin(registry, landing, work / f"polars_{size}.parquet")}  # fmt: skip
@@ -405,15 +411,16 @@ def _contenders(spark, registry, work: Path, landing: Path, size: int) -> dict[s
 def _size_figures(results: dict[str, list[dict]], keys: list[str], startup_too: bool) -> dict:
     """One size's figures by contender, from its rounds (and the start-up rounds, paired by round)."""
     with_start = {k: [{"seconds": r["seconds"] + s["seconds"]} for r, s in
-                      zip(results[k], results[f"start-up {k}"], strict=True)] for k in keys} if startup_too else {}
+                      zip(results[k], results[f"start-up {ENGINE.get(k, k)}"], strict=True)] for k in keys} \
+        if startup_too else {}  # fmt: skip
     by = {}
     for k in keys:
         by[k] = {"seconds": figure(results[k]), "rows_per_s": figure([{"v": r["rows"] / r["seconds"]} for r in results[k]], "v"),
                  "peak_mib": figure(results[k], "peak_mib"), "rss_before_mib": figure(results[k], "rss_before_mib"),
                  "rows": results[k][0]["rows"]}  # fmt: skip
         if startup_too:
-            by[k] |= {"with_startup": figure(with_start[k]), "startup": figure(results[f"start-up {k}"])}
-        if k in "ab":
+            by[k] |= {"with_startup": figure(with_start[k]), "startup": figure(results[f"start-up {ENGINE.get(k, k)}"])}
+        if k in "asb":
             by[k]["spark_jobs"] = figure(results[k], "spark_jobs")
         if k == "a":
             steps = results[k][0]["steps"]
@@ -446,7 +453,7 @@ def section(work: Path, *, sizes: tuple[int, ...] = (20_000, 40_000, 80_000), ru
         started: dict[str, list[dict]] = {}
         if startup_too:
             say("label join: start-up of each engine in a fresh process (once: it does not depend on the size)")
-            started = rounds({f"start-up {k}": EngineStartup(k, work / "probe") for k in keys}, runs,
+            started = rounds({f"start-up {k}": EngineStartup(k, work / "probe") for k in keys if k not in ENGINE}, runs,
                              label="label join: ")  # fmt: skip
         for index, size in enumerate(sizes):
             landing = _landing(spark, work, size)
@@ -470,7 +477,7 @@ def report_size(size: int, by: dict) -> str:
         start = f", with start-up {f['with_startup']['median']:.1f}s" if "with_startup" in f else ""
         before = f" ({f['rss_before_mib']['median']:,.0f} before the run)" if "rss_before_mib" in f else ""
         jobs = f", {f['spark_jobs']['median']:.0f} Spark jobs" if f.get("spark_jobs", {}).get("median") else ""
-        lines.append(f"  ({k}) {NAMES[k]:<24} {spread(f['seconds'], 's', 1)}{start}, {f['rows_per_s']['median']:,.0f} "
+        lines.append(f"  ({k}) {NAMES[k]:<34} {spread(f['seconds'], 's', 1)}{start}, {f['rows_per_s']['median']:,.0f} "
                      f"rows/s, peak {f['peak_mib']['median']:,.0f} MiB{before}{jobs}{rel}")  # fmt: skip
     if "a" in by and "steps" in by["a"]:
         lines.append("  (a) by step (median s): " + ", ".join(f"{n} {v['median']:.1f}" for n, v in by["a"]["steps"].items()))

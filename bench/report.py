@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ETL_NAMES = {"a": "featurehouse label-join", "b": "plain Spark job", "c": "DuckDB", "d": "Polars"}
+ETL_NAMES = {"a": "featurehouse label-join", "s": "featurehouse --no-stats", "b": "plain Spark job", "c": "DuckDB",
+             "d": "Polars"}
 READER_NAMES = {"a": "featurehouse reader", "b": "pyarrow floor (projected, 1 thread)", "c": "pyarrow, all columns",
                 "d": "Petastorm"}  # fmt: skip
 
@@ -192,7 +193,7 @@ def headline(results: dict) -> list[tuple[str, str, str, str]]:
     if "by_size" in s.get("etl", {}):
         for size, by in s["etl"]["by_size"].items():
             a = by["a"]["seconds"]
-            for key in ("b", "c", "d"):
+            for key in ("s", "b", "c", "d"):
                 if key in by:
                     rows.append((f"label join, {int(size):,} impressions: time", f"{a['median']:.1f} s",
                                  f"{ETL_NAMES[key]} {by[key]['seconds']['median']:.1f} s",

@@ -32,6 +32,9 @@ Rules (the contract every training sample relies on):
   partition of the feature table, atomically (one Delta commit, written from the validated
   copy); no other ds is touched. A refused ds is kept in a staging table of the run with its
   report, and raises :class:`DataRefusedError` (exit 3).
+* A published ds's catalog statistics (``featurehouse_catalog.feature_stats``: counts, nulls,
+  min/max/mean, quantiles, list lengths, distinct ids, bytes on disk) come from the same rows, their
+  aggregate in the gate's pass, written after the publish (``--no-stats`` skips them).
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ from etl.records.quarantine import (
     write_quarantine,
 )
 from schemas.paths import REPO_ROOT, landing_location, local_path
+from schemas.catalog import FEATURE_STATS, catalog_table
 from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_many_bad
 from schemas.config import DatasetJobConfig
 from schemas.errors import DataRefusedError, LandingError
@@ -92,6 +96,7 @@ from warehouse.evolution import prepare_for_write
 from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import GateOutcome, audit_and_publish, new_run_id
 from warehouse.spark_jobs import RunJobs, counting_jobs, explain
+from warehouse.stats import PartitionStats
 from warehouse.tables import CommitMetrics, persisted
 
 
@@ -102,6 +107,7 @@ class LabelJoinConfig(DatasetJobConfig):
     allow_open_window: bool = False
     max_bad_fraction: float | None = None  # None: the registry's quality.max_bad_fraction
     explain_jobs: bool = False  # the summary lists the run's Spark jobs by call site
+    stats: bool = True  # the published ds's catalog statistics (feature_stats), from the same rows
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -148,6 +154,7 @@ class LabelJoinSummary:
     gate: tuple[str, ...]  # the quality report's summary lines
     report_path: str
     commit: CommitMetrics | None  # None: not published
+    stats: PartitionStats | None  # the catalog statistics written; None: not published, or --no-stats
     elapsed_s: float
     spark_jobs: int  # Spark jobs the run launched
     job_list: tuple[str, ...] = ()  # with --explain-jobs: the jobs by call site (warehouse.spark_jobs.explain)
@@ -193,6 +200,11 @@ class LabelJoinSummary:
         if self.commit is not None:
             lines.append(f"  bytes written      {self.commit.bytes:,} in {self.commit.files} files"
                          f" (replaced {self.commit.removed_files} files)")  # fmt: skip
+        if self.stats is not None:
+            lines.append(f"  statistics         {len(self.stats.features)} features -> {catalog_table(FEATURE_STATS)}"
+                         f" (version {self.stats.catalog_version})")  # fmt: skip
+        elif self.commit is not None:
+            lines.append("  statistics         not computed (--no-stats): `featurehouse catalog stats` computes them")
         lines.append(f"  elapsed            {self.elapsed_s:.1f}s, {self.rows_per_second:,.0f} rows/s, {self.spark_jobs} Spark "
                      f"jobs, run {self.run_id}")  # fmt: skip
         lines += [f"  {line}" for line in self.job_list]
@@ -421,6 +433,7 @@ def _summary(config: LabelJoinConfig, plan: _Plan, found: _Quarantined, labels: 
         gate=tuple(report.summary_lines()),
         report_path=str(gate.report_path),
         commit=gate.commit,
+        stats=gate.stats,
         elapsed_s=elapsed_s,
         spark_jobs=spark_jobs,
         job_list=job_list,
@@ -453,7 +466,7 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
             rows = counted.drop(*label_count_columns(registry))  # read from the same persisted blocks
             gate = audit_and_publish(spark, registry, rows, table=plan.table, day=config.ds, run_id=plan.run_id,
                                      home=config.home, quarantined=(found.bad["impressions"], found.bad["labels"]),
-                                     progress=say)  # fmt: skip
+                                     stats=config.stats, progress=say)  # fmt: skip
     elapsed_s = time.monotonic() - started
     job_list = tuple(explain(jobs.listed(), root=str(REPO_ROOT), run=_job_description(config))) \
         if config.explain_jobs else ()  # fmt: skip
@@ -495,6 +508,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="list the run's Spark jobs in the summary, by the call site that launched them (ours, Spark's, Delta's)",
     )
+    parser.add_argument(
+        "--no-stats",
+        dest="stats",
+        action="store_false",
+        help="do not compute the published ds's catalog statistics (featurehouse_catalog.feature_stats); by default "
+        "they come from the joined rows, in the gate's pass; `featurehouse catalog stats` computes them later",
+    )
     add_common_arguments(parser)
 
 
@@ -506,6 +526,7 @@ def config_from_args(ns: argparse.Namespace) -> LabelJoinConfig:
         allow_open_window=ns.allow_open_window,
         max_bad_fraction=ns.max_bad_fraction,
         explain_jobs=ns.explain_jobs,
+        stats=ns.stats,
         **common_settings(ns),
     )
 

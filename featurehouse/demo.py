@@ -11,7 +11,7 @@
    backfilled into days 1-5; each change shown by ``features diff`` and run by ``features apply``.
    Every day goes through the quarantine and the quality gate: day 2's bad records are
    quarantined and the day published; the broken release's day fails the gate and is not published;
-3. compute every partition's feature statistics into the catalog;
+3. (each join and each backfilled partition writes its feature statistics into the catalog: no step of its own);
 4. read the demo training job ``jobs/ctr_demo.yaml`` through the reader (no JVM) and record it;
 5. train DLRM on days 1-6 and evaluate on day 7 with two jobs that read different features
    (``jobs/ctr_demo.yaml``: user, item and context; ``jobs/ctr_context.yaml``: context only), each
@@ -84,7 +84,6 @@ class DemoConfig:
 def run(config: DemoConfig) -> None:
     """Run the demo; print progress to stderr and the summaries to stdout."""
     from etl import label_join
-    from etl.maintenance import catalog
     from etl.generate import job as generate
     from schemas.registry import DEFAULT_REGISTRY_DIR, load_dataset
     from warehouse import evolution, sql
@@ -142,14 +141,6 @@ def run(config: DemoConfig) -> None:
                 print(summary.format(), "", sep="\n", flush=True)
             except DataRefusedError as refused:  # the broken release's day: shown, not published
                 print(refused.details, f"error: {refused}", "", sep="\n", flush=True)
-        stats = catalog.run(
-            spark,
-            catalog.CatalogConfig(
-                action="stats", home=config.home, datasets=(config.dataset,), days=tuple(days), registry_dir=staged_dir
-            ),
-            progress=stderr_progress,
-        )
-        say(f"featurehouse catalog stats --dataset {config.dataset} --ds ... ({config.days} partitions)", stats.format())
         if config.dataset == "ads":
             from ingest import read_command
 

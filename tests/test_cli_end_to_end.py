@@ -59,10 +59,12 @@ def test_generate_join_and_query_from_the_command_line(tmp_path):
                "--ds", "2026-11-01", env=env).stdout
     assert f"stats ads ds=2026-11-01 (table featurehouse.ads version 2): {rows[0]['n']:,} rows in" in stats
 
+    # 2026-11-02's statistics are the label join's own; 2026-11-01's were recomputed by the stats job
     shell = sh(str(BIN / "spark-sql"), *spark_args, "-e",
-               "SELECT (SELECT count(*) FROM featurehouse.ads), (SELECT count(*) FROM featurehouse_catalog.feature_stats)",
-               env=env)  # fmt: skip
-    assert shell.stdout.split()[-2:] == [str(sum(r["n"] for r in rows)), "91"]
+               "SELECT (SELECT count(*) FROM featurehouse.ads), (SELECT count(*) FROM featurehouse_catalog.feature_stats "
+               "WHERE ds = '2026-11-01' AND table_version = 2), (SELECT count(*) FROM featurehouse_catalog.feature_stats "
+               "WHERE ds = '2026-11-02' AND table_version = 2)", env=env)  # fmt: skip
+    assert shell.stdout.split()[-3:] == [str(sum(r["n"] for r in rows)), "91", "91"]
 
     bad = subprocess.run([featurehouse, "label-join", "--dataset", "ads", "--ds", "2026-12-01", *QUIET],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

@@ -18,6 +18,14 @@ commit, and they are the validated rows: validation and the write read the same 
 blocks; a block lost in between (an executor lost on a cluster) is recomputed from the same
 closed landing partitions by deterministic steps (the dedup orders by event time, file and line).
 A run killed before its commit leaves the table as it was (Delta ignores uncommitted files).
+
+The catalog's statistics of a published partition (``featurehouse_catalog.feature_stats``, see
+``warehouse/stats.py``) are computed from the same rows, their per-column aggregate inside the
+gate's own pass, and written after the decision is recorded. Delta has no commit across tables:
+a run killed between the publish and the statistics' write leaves the partition published and its
+decision recorded, with the statistics of the run before it (their ``table_version`` older than
+the partition's) or none; ``featurehouse catalog stats`` recomputes them. ``stats=False`` skips them
+(``featurehouse label-join --no-stats``), to the same effect.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -40,6 +48,7 @@ from schemas.progress import Progress, silent
 from schemas.registry import DatasetRegistry
 from warehouse.quality import QualityReport, trailing_history, validate
 from warehouse.catalog import ensure_catalog_table
+from warehouse.stats import PartitionStats, published_stats, stats_aggregates, stored_features, write_partition_stats
 from warehouse.tables import CONFLICTS, CommitMetrics, replace_partition, retry_conflicts
 
 STAGING_DATABASE = "featurehouse_staging"
@@ -146,6 +155,7 @@ class GateOutcome:
     report_path: Path | None
     commit: CommitMetrics | None  # None: refused, nothing published
     staged: str  # the run's staging table: holds the rows of a refused run; a published one's is gone
+    stats: PartitionStats | None = None  # the published partition's catalog statistics, once written
 
     @property
     def published(self) -> bool:
@@ -165,7 +175,7 @@ class Override:
 
 def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: DataFrame, *, table: str, day: dt.date,
                       run_id: str, home: Path, quarantined: tuple[int | None, int | None] = (None, None),
-                      staged: str | None = None, override: Override | None = None,
+                      staged: str | None = None, override: Override | None = None, stats: bool = True,
                       progress: Progress = silent) -> GateOutcome:  # fmt: skip
     """The gate on one partition's ``rows``: validate them against the trailing history of ``table``, write
     the report, publish them if they passed, record the decision.
@@ -177,13 +187,17 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
     dropped once published, after the record. Otherwise a refused partition is written to the
     run's staging table, and a published one never is. ``override``: publish without validating.
     ``quarantined``: the run's bad (impression, label) records, for the record; None where not counted.
+    ``stats``: once published, compute the partition's catalog statistics from ``rows`` and write them
+    (their per-column aggregate in the validation's pass); see the module docstring.
     """
     ds = format_ds(day)
     staging = staged or staging_table(registry.dataset, day, run_id)
+    features = stored_features(registry, rows.schema)[0] if stats else []
     report = report_path = None
     if override is None:
         progress(f"{registry.dataset} ds={ds}: validating the partition (quality gate)")
-        report = validate(rows, registry, day, trailing_history(spark, table, registry, day))
+        extra = stats_aggregates(features) if stats else None
+        report = validate(rows, registry, day, trailing_history(spark, table, registry, day), extra=extra)
         report_path = write_report(home, report, run_id)
     commit = None
     if override is not None or report.success:
@@ -202,9 +216,15 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
         quarantined_impressions=quarantined[0], quarantined_labels=quarantined[1],
         reason=override.reason if override else None,
     ))  # fmt: skip
+    partition_stats = None
+    if commit is not None and stats:  # before the staging table is dropped: it may be what ``rows`` reads
+        progress(f"{registry.dataset} ds={ds}: writing the catalog statistics of {len(features)} features")
+        partition_stats = published_stats(spark, registry, rows, table=table, day=day, version=commit.version,
+                                          agg=report.extra if report else None)  # fmt: skip
+        partition_stats = replace(partition_stats, catalog_version=write_partition_stats(spark, partition_stats))
     if commit is not None and staged is not None:
         drop_staging(spark, staged)
-    return GateOutcome(report, report_path, commit, staging)
+    return GateOutcome(report, report_path, commit, staging, partition_stats)
 
 
 def last_decision(spark: SparkSession, dataset: str, day: dt.date, run_id: str | None = None) -> dict | None:

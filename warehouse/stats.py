@@ -3,6 +3,15 @@
     stats = compute_partition_stats(spark, registry, "2026-11-01")
     write_partition_stats(spark, stats)      # replaces that ds's rows, in one commit
 
+Every publish computes them from the rows it wrote (:func:`published_stats`, called by
+``warehouse/publish.py``: the label join, the stream's publish, ``featurehouse publish``, the
+Criteo import), the per-column aggregate inside the quality gate's own pass. ``featurehouse
+catalog stats`` (:func:`compute_partition_stats`) recomputes a partition from the table: for a
+ds rewritten by other means (a backfill, ``features apply``) or published with ``--no-stats``.
+The exact columns (counts, nulls, min, max, means, list lengths) of the two agree exactly; the
+quantiles and distinct-id estimates within their error (``percentile_approx``'s rank error of
+about values / accuracy, exact up to 5,000 values; HyperLogLog++'s ``DISTINCT_RSD``).
+
 One Delta version is pinned: the version is read once from the log, Spark reads
 the partition at that version and the files are listed at that version, so the
 row statistics and the bytes on disk describe the same data.
@@ -18,26 +27,27 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
 from schemas.catalog import DENSE_QUANTILES, FEATURE_STATS, FEATURE_STATS_SCHEMA, LENGTH_QUANTILES, catalog_table
-from schemas.delta_snapshot import open_snapshot, physical_names
+from schemas.delta_snapshot import Snapshot, open_snapshot, physical_names
 from schemas.errors import ConfigError, InvalidNameError, TableError
 from schemas.names import format_ds, parse_ds, validate_name
 from schemas.progress import Progress, silent
 from schemas.registry import PARTITION_COLUMN, DatasetRegistry, Feature, Kind
-from warehouse.catalog import ensure_catalog
+from warehouse.catalog import ensure_catalog_table
 from warehouse.evolution import check_type
 from warehouse.footers import bytes_by_column
-from warehouse.tables import overwrite_where, persisted, table_name
+from warehouse.tables import overwrite_where, persisted, retry_conflicts, table_name
 
 #: ``percentile_approx`` accuracy (Spark's default): rank error about values / accuracy; exact (every
 #: value kept) while accuracy >= 2 x the non-null values, i.e. up to 5,000 of them.
@@ -120,30 +130,52 @@ def _table_location(spark: SparkSession, table: str, *, dataset: str, ds: str) -
     return str(detail["location"])
 
 
-def _aggregates(features: Sequence[Feature], accuracy: int) -> list[Column]:
-    """Every per-column statistic, as one list of aggregate expressions named ``<stat>_<index>``."""
+def stats_aggregates(features: Sequence[Feature], accuracy: int = DEFAULT_ACCURACY) -> dict[str, Column]:
+    """Every per-column statistic of ``features``, as aggregate expressions by name (``rows``, ``<stat>_<index>``).
+
+    One global aggregate of them gives a partition's statistics; the quality gate computes them in its own
+    pass over the rows it validates (``warehouse/publish.py``), so a published ds pays no second pass.
+    """
     dense_qs = [q for _, q in DENSE_QUANTILES]
     length_qs = [q for _, q in LENGTH_QUANTILES]
-    exprs = [F.count(F.lit(1)).alias("rows")]
+    exprs = {"rows": F.count(F.lit(1))}
     for i, feature in enumerate(features):
         column = F.col(feature.name)
-        exprs.append(F.count(column).alias(f"non_null_{i}"))
+        exprs[f"non_null_{i}"] = F.count(column)
         if feature.kind is Kind.DENSE:
             value = column.cast("double")
-            exprs += [
-                F.min(value).alias(f"min_{i}"),
-                F.max(value).alias(f"max_{i}"),
-                F.avg(value).alias(f"mean_{i}"),
-                F.stddev_samp(value).alias(f"stddev_{i}"),
-                F.percentile_approx(value, dense_qs, accuracy).alias(f"quantiles_{i}"),
-            ]
+            exprs |= {
+                f"min_{i}": F.min(value),
+                f"max_{i}": F.max(value),
+                f"mean_{i}": F.avg(value),
+                f"stddev_{i}": F.stddev_samp(value),
+                f"quantiles_{i}": F.percentile_approx(value, dense_qs, accuracy),
+            }
         else:
             length = F.when(column.isNotNull(), F.size(column))  # ANSI: size(null) is null, say so explicitly
-            exprs += [
-                F.avg(length).alias(f"len_mean_{i}"),
-                F.percentile_approx(length, length_qs, accuracy).alias(f"len_quantiles_{i}"),
-            ]
+            exprs |= {
+                f"len_mean_{i}": F.avg(length),
+                f"len_quantiles_{i}": F.percentile_approx(length, length_qs, accuracy),
+            }
     return exprs
+
+
+def aggregate_stats(frame: DataFrame, features: Sequence[Feature], accuracy: int = DEFAULT_ACCURACY) -> dict[str, Any]:
+    """:func:`stats_aggregates` of ``frame``, computed: one Spark job (a global aggregate, one row)."""
+    exprs = stats_aggregates(features, accuracy)
+    row = frame.agg(*(column.alias(name) for name, column in exprs.items())).collect()[0]
+    return row.asDict()
+
+
+def stored_features(registry: DatasetRegistry, schema: StructType) -> tuple[list[Feature], tuple[str, ...]]:
+    """The registry's stored features that are columns of ``schema`` (type-checked), and those that are not."""
+    present = set(schema.names)
+    features = [f for f in registry.stored_features if f.name in present]
+    skipped = tuple(f.name for f in registry.stored_features if f.name not in present)
+    actual = {f.name: f.dataType for f in schema.fields}
+    for feature in features:
+        check_type(feature, feature.name, actual[feature.name], registry)
+    return features, skipped
 
 
 _PAIR = "array<struct<f:int,id:bigint>>"
@@ -168,7 +200,7 @@ def _distinct_ids(frame: DataFrame, features: Sequence[Feature]) -> dict[int, in
 
 
 def _feature_row(
-    base: dict[str, Any], feature: Feature, *, index: int, agg: Row, distinct: dict[int, int], bytes_on_disk: int
+    base: dict[str, Any], feature: Feature, *, index: int, agg: Mapping[str, Any], distinct: dict[int, int], bytes_on_disk: int
 ) -> dict[str, Any]:
     """One row of ``feature_stats``: ``base`` (the partition's columns) and the feature's statistics."""
     non_null = int(agg[f"non_null_{index}"])
@@ -229,49 +261,82 @@ def compute_partition_stats(
         f"ds {ds} has no rows in table {table} at version {pinned}; run `featurehouse label-join "
         f"--dataset {registry.dataset} --ds {ds}` first"
     )
-    files = [f.uri for f in snapshot.files]
-    say(f"stats {registry.dataset} ds={ds}: table {table} version {pinned}, {len(files)} files")
-    if not files:
+    say(f"stats {registry.dataset} ds={ds}: table {table} version {pinned}, {len(snapshot.files)} files")
+    if not snapshot.files:
         raise TableError(empty)
 
     frame = spark.read.option("versionAsOf", pinned).table(table)
-    present = set(frame.schema.names)
-    features = [f for f in registry.stored_features if f.name in present]
-    skipped = tuple(f.name for f in registry.stored_features if f.name not in present)
-    actual = {f.name: f.dataType for f in frame.schema.fields}
-    for feature in features:
-        check_type(feature, feature.name, actual[feature.name], registry)
-    sparse = any(f.kind is not Kind.DENSE for f in features)
-
+    features, skipped = stored_features(registry, frame.schema)
     projected = frame.where(F.col(PARTITION_COLUMN) == F.lit(ds)).select(*(f.name for f in features))
+    sparse = any(f.kind is not Kind.DENSE for f in features)
     # read twice when a feature is sparse: by the aggregate, then by the count of its distinct ids
     with persisted(projected, StorageLevel.MEMORY_AND_DISK) if sparse else nullcontext(projected) as data:
         say(f"aggregating {len(features)} columns")
-        agg = data.agg(*_aggregates(features, accuracy)).collect()[0]  # a global aggregate: one row
+        agg = aggregate_stats(data, features, accuracy)
         if agg["rows"] == 0:
             raise TableError(empty)
         if sparse:
             say("counting distinct ids of the sparse features")
         distinct = _distinct_ids(data, features)
+    say(f"reading the Parquet footers of {len(snapshot.files)} files")
+    return _partition_stats(registry, ds, table, snapshot, features, skipped, agg, distinct,
+                            now=now, started=started)  # fmt: skip
 
-    say(f"reading the Parquet footers of {len(files)} files")
+
+def published_stats(
+    spark: SparkSession,
+    registry: DatasetRegistry,
+    rows: DataFrame,
+    *,
+    table: str,
+    day: dt.date,
+    version: int,
+    agg: Mapping[str, Any] | None = None,
+    accuracy: int = DEFAULT_ACCURACY,
+    now: dt.datetime | None = None,
+) -> PartitionStats:
+    """The statistics of ``rows``, just published as ds ``day`` of ``table`` in commit ``version``.
+
+    ``rows`` are the rows that commit wrote (the caller's persisted frame), so no table is read:
+    ``agg`` is :func:`stats_aggregates` of them when already computed (by the quality gate's pass),
+    else one aggregate computes it here; the sparse features' distinct ids take one more pass over
+    ``rows``; bytes on disk come from the footers of the files of ``day`` at ``version``. The result
+    is :func:`compute_partition_stats` of that ds at that version (``catalog stats``): the same
+    expressions over the same rows, the approximate ones within their error (see the module).
+    """
+    started = time.monotonic()
+    ds = format_ds(day)
+    features, skipped = stored_features(registry, rows.schema)
+    if agg is None:
+        agg = aggregate_stats(rows, features, accuracy)
+    distinct = _distinct_ids(rows, features)
+    snapshot = open_snapshot(_table_location(spark, table, dataset=registry.dataset, ds=ds), [day], version=version)
+    return _partition_stats(registry, ds, table, snapshot, features, skipped, agg, distinct,
+                            now=now, started=started)  # fmt: skip
+
+
+def _partition_stats(registry: DatasetRegistry, ds: str, table: str, snapshot: Snapshot, features: Sequence[Feature],
+                     skipped: tuple[str, ...], agg: Mapping[str, Any], distinct: dict[int, int], *,
+                     now: dt.datetime | None, started: float) -> PartitionStats:  # fmt: skip
+    """One :class:`PartitionStats` from the aggregate, the distinct ids and the pinned snapshot's footers."""
+    files = [f.uri for f in snapshot.files]
     sizes = bytes_by_column(files, physical_names(snapshot, [f.name for f in features]))
     base = {
         "dataset": registry.dataset,
-        "table_version": pinned,
+        "table_version": snapshot.version,
         "rows": int(agg["rows"]),
         "computed_at": now or dt.datetime.now(dt.UTC),
         "ds": ds,
     }
-    rows = tuple(
+    rows = tuple(  # an empty partition (a forced publish of no rows) has no statistics: its rows are removed
         _feature_row(base, f, index=i, agg=agg, distinct=distinct, bytes_on_disk=sizes[f.name])
-        for i, f in enumerate(features)
+        for i, f in enumerate(features) if base["rows"]
     )
     return PartitionStats(
         dataset=registry.dataset,
         ds=ds,
         table=table,
-        table_version=pinned,
+        table_version=snapshot.version,
         rows=base["rows"],
         files=len(files),
         features=rows,
@@ -285,12 +350,13 @@ def write_partition_stats(spark: SparkSession, stats: PartitionStats) -> int:
 
     Rerunning replaces, never duplicates. Returns the catalog table's version after the write.
     """
-    ensure_catalog(spark)
-    table = catalog_table(FEATURE_STATS)
+    table = ensure_catalog_table(spark, FEATURE_STATS)
     schema = from_arrow_schema(FEATURE_STATS_SCHEMA, prefer_timestamp_ntz=False)
     frame = spark.createDataFrame([tuple(row[c] for c in _COLUMNS) for row in stats.features], schema=schema)
     condition = (F.col("dataset") == F.lit(stats.dataset)) & (F.col("ds") == F.lit(stats.ds))
-    return overwrite_where(spark, table, frame, condition).version
+    # concurrent writers of other ds (joins of other days) touch other partitions; one of the same ds conflicts,
+    # and the replace repeated after it leaves one copy of one writer's rows
+    return retry_conflicts(lambda: overwrite_where(spark, table, frame, condition), attempts=4).version
 
 
 def refresh_partition_stats(

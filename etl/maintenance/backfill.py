@@ -12,7 +12,9 @@ For each ds of the range that the table has, in order:
 * the commit is then verified against the version before it: the same row count,
   every other column identical (an order-free fingerprint of their values), and
   every row holding the expression's value. A failed check stops the job and names
-  the versions to ``RESTORE`` from.
+  the versions to ``RESTORE`` from;
+* a rewritten partition's catalog statistics (``featurehouse_catalog.feature_stats``) are then
+  recomputed at that commit, so they describe the backfilled feature too.
 
 Partitions are read and rewritten whole; run it when no label join writes the same ds.
 """
@@ -23,7 +25,7 @@ import argparse
 import datetime as dt
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -37,6 +39,7 @@ from warehouse.command import run_spark_job
 from warehouse.derived import derived_column, validate_derived
 from warehouse.evolution import prepare_for_write
 from warehouse.flags import add_common_arguments, common_settings
+from warehouse.stats import compute_partition_stats, write_partition_stats
 from warehouse.tables import current_version, replace_partition, table_name
 
 
@@ -60,12 +63,13 @@ class PartitionBackfill:
     changed: int
     version: int | None  # the commit written; None when the partition already held the values
     seconds: float
+    stats_version: int | None = None  # the feature_stats version holding the rewritten partition's statistics
 
     def format(self) -> str:
         if self.version is None:
             return f"ds={self.ds}: {self.rows:,} rows already filled, nothing written ({self.seconds:.1f}s)"
         return (f"ds={self.ds}: {self.changed:,} of {self.rows:,} rows filled, Delta version {self.version}, "
-                f"other columns verified identical ({self.seconds:.1f}s)")  # fmt: skip
+                f"other columns verified identical, statistics recomputed ({self.seconds:.1f}s)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,13 @@ def run(spark: SparkSession, config: BackfillConfig, *, progress: Progress | Non
     results = []
     for i, ds in enumerate(present, start=1):
         say(f"backfill {feature.name} ds={ds} ({i}/{len(present)})")
-        results.append(backfill_partition(spark, table, feature, ds))
-        say(f"  {results[-1].format()}")
+        result = backfill_partition(spark, table, feature, ds)
+        if result.version is not None:
+            stats = compute_partition_stats(spark, registry, ds, table=table, version=result.version)
+            result = replace(result, stats_version=write_partition_stats(spark, stats),
+                             seconds=result.seconds + stats.elapsed_s)  # fmt: skip
+        results.append(result)
+        say(f"  {result.format()}")
     return BackfillSummary(
         config.dataset, feature.name, feature.derived or "", table, days, tuple(results), time.monotonic() - started
     )

@@ -177,13 +177,13 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
 
     tasks = daily["tasks"]
     assert tasks["label_join"]["upstream"] == ["wait_impressions", "wait_labels"]
-    assert tasks["catalog_stats"]["upstream"] == ["label_join"]
+    assert set(tasks) == {"wait_impressions", "wait_labels", "label_join"}  # the join writes the stats: no second task
     assert {tasks[s]["mode"] for s in ("wait_impressions", "wait_labels")} == {"reschedule"}
     assert backfill["tasks"]["choose"]["upstream"] == ["plan"]
     assert set(backfill["tasks"]["backfill_feature"]["upstream"]) == {"choose"}
-    assert backfill["tasks"]["catalog_stats"]["upstream"] == ["label_join", "stats_args"]
+    assert set(backfill["tasks"]) == {"plan", "choose", "backfill_feature", "join_args", "label_join"}
     spark_tasks = [(d, t) for d in bag["dags"].values() for t in d["tasks"].values() if t["type"] == "FeaturehouseSubmit"]
-    assert len(spark_tasks) == 7  # daily 2, backfill 3, streaming 1, retention 1: every one in the Spark pool
+    assert len(spark_tasks) == 5  # daily 1, backfill 2, streaming 1, retention 1: every one in the Spark pool
     assert {t["pool"] for _, t in spark_tasks} == {"featurehouse_spark"}
     every_task = [t for d in bag["dags"].values() for t in d["tasks"].values()]
     assert all(t["callback"] for t in every_task)
@@ -232,8 +232,12 @@ def test_daily_run_waits_for_every_label_partition_then_publishes_its_ds(tmp_pat
     table = spark.read.format("delta").load(str(warehouse / "warehouse" / "featurehouse.db" / "ads"))
     assert [r.ds for r in table.select("ds").distinct().collect()] == [DS]
     published[DS] = _one_copy(spark, warehouse, DS)
+    # the join's own statistics, of the version it published and of every row of it
     stats = spark.read.format("delta").load(str(warehouse / "warehouse" / "featurehouse_catalog.db" / "feature_stats"))
-    assert {(r.dataset, r.ds) for r in stats.select("dataset", "ds").distinct().collect()} == {("ads", DS)}
+    published_version = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'warehouse' / 'featurehouse.db' / 'ads'}` "
+                                  "LIMIT 1").first().version  # fmt: skip
+    assert {(r.dataset, r.ds, r.table_version, r.rows) for r in stats.select("dataset", "ds", "table_version", "rows")
+            .distinct().collect()} == {("ads", DS, published_version, published[DS])}  # fmt: skip
 
 
 def test_a_failed_task_logs_one_line_naming_the_ds_and_the_cause(airflow):
@@ -246,7 +250,7 @@ def test_a_failed_task_logs_one_line_naming_the_ds_and_the_cause(airflow):
     assert any("wait_impressions for ds 2026-11-09 failed (try 1)" in line for line in failures), failures
     states = {task: state for task, (state, _) in airflow.states("featurehouse_daily").items()}
     assert states["wait_impressions"] == "failed"
-    assert states["label_join"] == "upstream_failed" and states["catalog_stats"] == "upstream_failed"
+    assert states["label_join"] == "upstream_failed"
 
 
 def test_the_spark_pool_widens_only_for_a_shared_metastore(airflow):
@@ -274,7 +278,7 @@ def test_backfill_dag_fills_a_derived_feature_and_refuses_a_reversed_range(airfl
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     states = {task: state for task, (state, _) in airflow.states("featurehouse_backfill").items()}
     assert states["backfill_feature"] == "success"
-    assert {states[t] for t in ("join_args", "label_join", "catalog_stats")} == {"skipped"}
+    assert {states[t] for t in ("join_args", "label_join")} == {"skipped"}
     assert "0 partitions written, 1 already filled" in done.stdout + done.stderr
     after = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'warehouse' / 'featurehouse.db' / 'ads'}` LIMIT 1").first().version
     assert after == version  # nothing committed
@@ -347,8 +351,9 @@ def test_scheduled_daily_stream_and_retention_queue_for_one_spark_slot(tmp_path,
 
     # Each DAG's first run: the hourly stream schedules another run when the clock passes the hour mid-test.
     first = "(select min(id) from dag_run group by dag_id)"
-    # Four spark-submits one after another: 3.6 min alone (2026-12-02: retention 17 s, label join 75 s, catalog stats
-    # 58 s, stream 69 s); beside the other lane's tests they took past 600 s, and CI failed with the stream running.
+    # Three spark-submits one after another (2026-12-02, with a fourth for the catalog stats since folded into the
+    # join: retention 17 s, label join 75 s, catalog stats 58 s, stream 69 s, 3.6 min alone); beside the other
+    # lane's tests they took past 600 s, and CI failed with the stream running.
     deadline = time.monotonic() + 1200
     with services(airflow):
         while time.monotonic() < deadline:
@@ -375,8 +380,8 @@ def test_scheduled_daily_stream_and_retention_queue_for_one_spark_slot(tmp_path,
         "select dag_id, task_id, start_date, end_date, pool from task_instance where pool = 'featurehouse_spark' "
         f"and (dag_id, run_id) in (select dag_id, run_id from dag_run where id in {first}) order by start_date"
     )
-    assert {(d, t) for d, t, *_ in spark_tasks} == {("featurehouse_daily", "label_join"), ("featurehouse_daily", "catalog_stats"),
-                                                   ("featurehouse_streaming", "stream"), ("featurehouse_retention", "retention")}  # fmt: skip
+    assert {(d, t) for d, t, *_ in spark_tasks} == {("featurehouse_daily", "label_join"), ("featurehouse_streaming", "stream"),
+                                                   ("featurehouse_retention", "retention")}  # fmt: skip
     for before, after in zip(spark_tasks, spark_tasks[1:]):
         assert before[3] <= after[2], f"{before[:2]} ran until {before[3]}, but {after[:2]} started at {after[2]}"
 
@@ -401,7 +406,7 @@ def test_a_refused_ds_fails_at_once_naming_the_gate_report(airflow, warehouse, s
     output = done.stdout + done.stderr
 
     states = airflow.states("featurehouse_daily")
-    assert states["label_join"] == ("failed", 1) and states["catalog_stats"][0] == "upstream_failed", states
+    assert states["label_join"] == ("failed", 1), states
     (line,) = {l.split("[featurehouse]")[0].strip() for l in output.splitlines() if "featurehouse: featurehouse_daily.label_join" in l}
     assert f"label_join for ds {day} failed (try 1): featurehouse label_join failed for ds {day}: ds {day} of ads failed" in line
     report = re.search(r"the report in (\S+\.json)", line)

@@ -254,3 +254,62 @@ def test_table_is_partitioned_delta_in_the_metastore(spark, spark_home, request,
     partitions = [r[0] for r in spark.sql(f"SELECT DISTINCT ds FROM {summary.table}").collect()]
     assert partitions == [DAY1]
 
+
+
+def test_the_join_writes_the_statistics_catalog_stats_recomputes(spark, request, tmp_path, registry_dir):
+    """A published ds has its ``feature_stats`` rows from the join's own rows: ``catalog stats`` of the same
+    partition gives the same exact columns (counts, nulls, min, max, list lengths; sums to float rounding) and
+    the approximate ones within their error. ``--no-stats`` writes none, and a rerun replaces the ds's rows."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from schemas.catalog import DENSE_QUANTILES, FEATURE_STATS, LENGTH_QUANTILES, catalog_table
+    from schemas.registry import load_dataset
+    from warehouse.stats import DISTINCT_RSD, compute_partition_stats
+
+    rng = random.Random(11)
+    maybe = lambda value: None if rng.random() < 0.15 else value  # noqa: E731
+    landing = tmp_path / "landing"
+    for ds in (DAY1, DAY2):  # seeded: ~15% nulls, repeated dense values, empty lists, ids from a few hundred
+        write_landing(landing, "impressions", ds, [
+            imp(f"{ds}-{i}", f"{ds}T{i % 24:02d}:{i % 60:02d}:00.000Z",
+                dense={"user_ctr_7d": maybe(rng.choice([0.0, 0.25, rng.gauss(0.03, 0.02)])),
+                       "item_price": maybe(round(rng.lognormvariate(3, 1), 2))},
+                sparse={"user_topic_ids": maybe([rng.randrange(300) for _ in range(rng.choice([0, 1, 2, 5]))])},
+                weighted_sparse={"user_topic_affinity": maybe([{"id": rng.randrange(200), "weight": rng.random()}
+                                                               for _ in range(rng.choice([0, 1, 3]))])})
+            for i in range(400)
+        ])  # fmt: skip
+    close_label_days(landing, DAY1, 5)
+
+    summary = join(spark, request, tmp_path, registry_dir)
+    assert summary.stats is not None and summary.stats.table_version == summary.commit.version
+    assert f"statistics         4 features -> {catalog_table(FEATURE_STATS)}" in summary.format()
+    stats = spark.table(catalog_table(FEATURE_STATS)).where(F.col("dataset") == summary.dataset)
+    written = {r["feature"]: r.asDict() for r in stats.where(F.col("ds") == DAY1).collect()}
+    recomputed = compute_partition_stats(spark, load_dataset(summary.dataset, registry_dir), DAY1).by_feature()
+    assert set(written) == set(recomputed) == {"user_ctr_7d", "item_price", "user_topic_ids", "user_topic_affinity"}
+    exact = ("dataset", "ds", "kind", "table_version", "rows", "non_null", "coverage", "min", "max", "bytes_on_disk")
+    sums = ("mean", "stddev", "len_mean")
+    approximate = [name for name, _ in DENSE_QUANTILES + LENGTH_QUANTILES]
+    for feature, row in written.items():
+        other = recomputed[feature]
+        assert {c: row[c] for c in exact} == {c: other[c] for c in exact}, feature
+        assert row["rows"] == 400 and 0 < row["non_null"] < 400, row
+        for column in sums:
+            assert row[column] == (None if other[column] is None else pytest.approx(other[column], rel=1e-9)), column
+        # percentile_approx keeps every value up to accuracy / 2 (5,000) of them: here it is exact
+        assert {c: row[c] for c in approximate} == {c: other[c] for c in approximate}, feature
+        if row["kind"] != "dense":
+            assert abs(row["approx_distinct_ids"] - other["approx_distinct_ids"]) <= \
+                DISTINCT_RSD * 3 * other["approx_distinct_ids"]  # fmt: skip
+
+    unstated = join(spark, request, tmp_path, registry_dir, ds=DAY2, stats=False)
+    assert unstated.published and unstated.stats is None
+    assert "not computed (--no-stats)" in unstated.format()
+    assert stats.where(F.col("ds") == DAY2).count() == 0
+
+    rerun = join(spark, request, tmp_path, registry_dir)
+    again = stats.where(F.col("ds") == DAY1).collect()
+    assert len(again) == 4 and {r["table_version"] for r in again} == {rerun.commit.version}

@@ -173,6 +173,10 @@ def test_concurrent_label_joins_both_succeed_and_never_duplicate_rows(spark, tmp
     assert not _failures(same)
     day1 = spark.table(table).where(f"ds = '{DAY1}'")
     assert day1.count() == 30 and day1.select("impression_id").distinct().count() == 30
+    # and each ds's catalog statistics are one copy of one run's rows
+    features = len(same[0].stats.features)
+    stats = spark.table("featurehouse_catalog.feature_stats").where(f"dataset = '{dataset}'")
+    assert {r.ds: r["count"] for r in stats.groupBy("ds").count().collect()} == {DAY1: features, DAY2: features}
     assert spark.table(table).count() == 60
     decisions = [r.decision for r in gate_rows(spark, dataset)]
     assert decisions == ["published"] * 4
