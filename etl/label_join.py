@@ -154,7 +154,8 @@ class LabelJoinSummary:
     gate: tuple[str, ...]  # the quality report's summary lines
     report_path: str
     commit: CommitMetrics | None  # None: not published
-    stats: PartitionStats | None  # the catalog statistics written; None: not published, or --no-stats
+    stats: PartitionStats | None  # the catalog statistics written; None: not published, or stats_skipped
+    stats_skipped: str | None  # why a published ds has no statistics (--no-stats, object storage)
     elapsed_s: float
     spark_jobs: int  # Spark jobs the run launched
     job_list: tuple[str, ...] = ()  # with --explain-jobs: the jobs by call site (warehouse.spark_jobs.explain)
@@ -204,7 +205,7 @@ class LabelJoinSummary:
             lines.append(f"  statistics         {len(self.stats.features)} features -> {catalog_table(FEATURE_STATS)}"
                          f" (version {self.stats.catalog_version})")  # fmt: skip
         elif self.commit is not None:
-            lines.append("  statistics         not computed (--no-stats): `featurehouse catalog stats` computes them")
+            lines.append(f"  statistics         not computed ({self.stats_skipped})")
         lines.append(f"  elapsed            {self.elapsed_s:.1f}s, {self.rows_per_second:,.0f} rows/s, {self.spark_jobs} Spark "
                      f"jobs, run {self.run_id}")  # fmt: skip
         lines += [f"  {line}" for line in self.job_list]
@@ -434,6 +435,7 @@ def _summary(config: LabelJoinConfig, plan: _Plan, found: _Quarantined, labels: 
         report_path=str(gate.report_path),
         commit=gate.commit,
         stats=gate.stats,
+        stats_skipped=gate.stats_skipped,
         elapsed_s=elapsed_s,
         spark_jobs=spark_jobs,
         job_list=job_list,

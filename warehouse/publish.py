@@ -20,12 +20,14 @@ closed landing partitions by deterministic steps (the dedup orders by event time
 A run killed before its commit leaves the table as it was (Delta ignores uncommitted files).
 
 The catalog's statistics of a published partition (``featurehouse_catalog.feature_stats``, see
-``warehouse/stats.py``) are computed from the same rows, their per-column aggregate inside the
-gate's own pass, and written after the decision is recorded. Delta has no commit across tables:
+``warehouse/stats.py``) are computed from the same persisted rows, and written after the decision
+is recorded. Delta has no commit across tables:
 a run killed between the publish and the statistics' write leaves the partition published and its
 decision recorded, with the statistics of the run before it (their ``table_version`` older than
 the partition's) or none; ``featurehouse catalog stats`` recomputes them. ``stats=False`` skips them
-(``featurehouse label-join --no-stats``), to the same effect.
+(``featurehouse label-join --no-stats``), to the same effect. A table on object storage gets none
+yet: the statistics read its Delta log and Parquet footers with ``deltalake`` and pyarrow, which are
+given no credentials for it (an open limit; ``catalog stats`` has it too).
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ from schemas.catalog import QUALITY_GATE, QUALITY_GATE_SCHEMA, catalog_table
 from schemas.errors import ConfigError, TableError
 from schemas.exit import first_line
 from schemas.names import format_ds, validate_name
+from schemas.paths import local_path
 from schemas.progress import Progress, silent
 from schemas.registry import DatasetRegistry
 from warehouse.quality import QualityReport, trailing_history, validate
 from warehouse.catalog import ensure_catalog_table
-from warehouse.stats import PartitionStats, published_stats, stats_aggregates, stored_features, write_partition_stats
-from warehouse.tables import CONFLICTS, CommitMetrics, replace_partition, retry_conflicts
+from warehouse.stats import PartitionStats, published_stats, write_partition_stats
+from warehouse.tables import CONFLICTS, CommitMetrics, replace_partition, retry_conflicts, table_location
 
 STAGING_DATABASE = "featurehouse_staging"
 ATTEMPTS = 4
@@ -156,6 +159,7 @@ class GateOutcome:
     commit: CommitMetrics | None  # None: refused, nothing published
     staged: str  # the run's staging table: holds the rows of a refused run; a published one's is gone
     stats: PartitionStats | None = None  # the published partition's catalog statistics, once written
+    stats_skipped: str | None = None  # why a published partition has none: said in the summaries
 
     @property
     def published(self) -> bool:
@@ -187,17 +191,15 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
     dropped once published, after the record. Otherwise a refused partition is written to the
     run's staging table, and a published one never is. ``override``: publish without validating.
     ``quarantined``: the run's bad (impression, label) records, for the record; None where not counted.
-    ``stats``: once published, compute the partition's catalog statistics from ``rows`` and write them
-    (their per-column aggregate in the validation's pass); see the module docstring.
+    ``stats``: once published, compute the partition's catalog statistics from ``rows`` (two more passes
+    over them) and write them; see the module docstring.
     """
     ds = format_ds(day)
     staging = staged or staging_table(registry.dataset, day, run_id)
-    features = stored_features(registry, rows.schema)[0] if stats else []
     report = report_path = None
     if override is None:
         progress(f"{registry.dataset} ds={ds}: validating the partition (quality gate)")
-        extra = stats_aggregates(features) if stats else None
-        report = validate(rows, registry, day, trailing_history(spark, table, registry, day), extra=extra)
+        report = validate(rows, registry, day, trailing_history(spark, table, registry, day))
         report_path = write_report(home, report, run_id)
     commit = None
     if override is not None or report.success:
@@ -216,15 +218,17 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
         quarantined_impressions=quarantined[0], quarantined_labels=quarantined[1],
         reason=override.reason if override else None,
     ))  # fmt: skip
-    partition_stats = None
-    if commit is not None and stats:  # before the staging table is dropped: it may be what ``rows`` reads
-        progress(f"{registry.dataset} ds={ds}: writing the catalog statistics of {len(features)} features")
-        partition_stats = published_stats(spark, registry, rows, table=table, day=day, version=commit.version,
-                                          agg=report.extra if report else None)  # fmt: skip
+    partition_stats, skipped = None, None if stats else "--no-stats"
+    location = table_location(spark, table)[0] if commit is not None and stats else ""
+    if location and local_path(location) is None:  # the snapshot and footers are read with deltalake and pyarrow
+        skipped = f"{table} is on object storage ({location}), whose files the statistics do not read yet"
+    elif location:  # before the staging table is dropped: it may be what ``rows`` reads
+        progress(f"{registry.dataset} ds={ds}: computing the catalog statistics of the published rows")
+        partition_stats = published_stats(spark, registry, rows, table=table, day=day, version=commit.version)
         partition_stats = replace(partition_stats, catalog_version=write_partition_stats(spark, partition_stats))
     if commit is not None and staged is not None:
         drop_staging(spark, staged)
-    return GateOutcome(report, report_path, commit, staging, partition_stats)
+    return GateOutcome(report, report_path, commit, staging, partition_stats, skipped)
 
 
 def last_decision(spark: SparkSession, dataset: str, day: dt.date, run_id: str | None = None) -> dict | None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -167,8 +166,6 @@ class QualityReport:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)  # Great Expectations' own result, as JSON
     rows: int = 0  # rows of the partition, from the same pass
     label_sums: dict[str, int] = field(default_factory=dict)  # label column -> positives, from the same pass
-    #: The caller's own aggregates (``validate(..., extra=...)``), computed in the same pass; not in the JSON.
-    extra: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
     def failures(self) -> tuple[Check, ...]:
@@ -283,12 +280,8 @@ def _judge(frame: DataFrame, suite: list[Any], extra: dict[str, Column]) -> tupl
     return verdicts, extras
 
 
-def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: History,
-             extra: Mapping[str, Column] | None = None) -> QualityReport:  # fmt: skip
+def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: History) -> QualityReport:
     """Run the generated suite on ``frame`` (one partition of ``registry``'s dataset), judged by Great Expectations.
-
-    ``extra``: more aggregates of ``frame`` by name (the catalog's statistics), computed in the same
-    pass as the gate's metrics; their values are the report's ``extra``.
 
     ``frame`` should be materialised (persisted) by the caller: it is read once for every metric
     (:func:`_judge`), and again only if something failed, when Great Expectations validates the
@@ -302,8 +295,7 @@ def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: 
 
     suite = expectations(registry, ds, history)
     counts = {"rows": F.count(F.lit(1)), **{c: F.coalesce(F.sum(c), F.lit(0)) for c in registry.label_columns}}
-    theirs = {f"extra:{name}": column for name, column in (extra or {}).items()}
-    verdicts, counted = _judge(frame, suite, counts | theirs)
+    verdicts, counted = _judge(frame, suite, counts)
     failed = [e for e, success in verdicts if not success]
     details = {}
     if failed:
@@ -343,8 +335,7 @@ def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: 
         "results": [r.to_json_dict() for r in results],
     }  # fmt: skip
     return QualityReport(registry.dataset, format_ds(ds), success, checks, history.days, raw, rows=int(counted["rows"]),
-                         label_sums={c: int(counted[c]) for c in registry.label_columns},
-                         extra={name: counted[f"extra:{name}"] for name in extra or {}})  # fmt: skip
+                         label_sums={c: int(counted[c]) for c in registry.label_columns})  # fmt: skip
 
 
 def _key(config: Any) -> str:

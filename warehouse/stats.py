@@ -5,7 +5,7 @@
 
 Every publish computes them from the rows it wrote (:func:`published_stats`, called by
 ``warehouse/publish.py``: the label join, the stream's publish, ``featurehouse publish``, the
-Criteo import), the per-column aggregate inside the quality gate's own pass. ``featurehouse
+Criteo import), from the same persisted rows the gate validated. ``featurehouse
 catalog stats`` (:func:`compute_partition_stats`) recomputes a partition from the table: for a
 ds rewritten by other means (a backfill, ``features apply``) or published with ``--no-stats``.
 The exact columns (counts, nulls, min, max, means, list lengths) of the two agree exactly; the
@@ -16,9 +16,10 @@ One Delta version is pinned: the version is read once from the log, Spark reads
 the partition at that version and the files are listed at that version, so the
 row statistics and the bytes on disk describe the same data.
 
-Passes over the partition: one aggregation for every per-column statistic, and,
-when there are sparse features, one more over their exploded ids (the projected
-columns are persisted in between). Bytes on disk come from the Parquet footers
+Passes over the partition: one aggregation for every per-column statistic (of the
+columns turned into rows, by feature: :func:`aggregate_stats`), and, when there are
+sparse features, one more over their exploded ids (the projected columns are
+persisted in between). Bytes on disk come from the Parquet footers
 (``warehouse/footers.py``), not from the data; the files and the columns' physical names
 from the pinned snapshot (``schemas/delta_snapshot.py``).
 """
@@ -27,13 +28,15 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -42,12 +45,13 @@ from schemas.catalog import DENSE_QUANTILES, FEATURE_STATS, FEATURE_STATS_SCHEMA
 from schemas.delta_snapshot import Snapshot, open_snapshot, physical_names
 from schemas.errors import ConfigError, InvalidNameError, TableError
 from schemas.names import format_ds, parse_ds, validate_name
+from schemas.paths import local_path
 from schemas.progress import Progress, silent
 from schemas.registry import PARTITION_COLUMN, DatasetRegistry, Feature, Kind
 from warehouse.catalog import ensure_catalog_table
 from warehouse.evolution import check_type
 from warehouse.footers import bytes_by_column
-from warehouse.tables import overwrite_where, persisted, retry_conflicts, table_name
+from warehouse.tables import overwrite_where, persisted, retry_conflicts, table_location, table_name
 
 #: ``percentile_approx`` accuracy (Spark's default): rank error about values / accuracy; exact (every
 #: value kept) while accuracy >= 2 x the non-null values, i.e. up to 5,000 of them.
@@ -123,48 +127,54 @@ def _table_location(spark: SparkSession, table: str, *, dataset: str, ds: str) -
         raise TableError(
             f"table {table} does not exist; run `featurehouse label-join --dataset {dataset} --ds {ds}` to create it"
         )
-    detail = spark.sql(f"DESCRIBE DETAIL {table}").first()
-    if detail is None or (detail["format"] or "").lower() != "delta":
-        found = None if detail is None else detail["format"]
-        raise TableError(f"table {table} is a {found} table, not Delta; feature tables are Delta tables")
-    return str(detail["location"])
-
-
-def stats_aggregates(features: Sequence[Feature], accuracy: int = DEFAULT_ACCURACY) -> dict[str, Column]:
-    """Every per-column statistic of ``features``, as aggregate expressions by name (``rows``, ``<stat>_<index>``).
-
-    One global aggregate of them gives a partition's statistics; the quality gate computes them in its own
-    pass over the rows it validates (``warehouse/publish.py``), so a published ds pays no second pass.
-    """
-    dense_qs = [q for _, q in DENSE_QUANTILES]
-    length_qs = [q for _, q in LENGTH_QUANTILES]
-    exprs = {"rows": F.count(F.lit(1))}
-    for i, feature in enumerate(features):
-        column = F.col(feature.name)
-        exprs[f"non_null_{i}"] = F.count(column)
-        if feature.kind is Kind.DENSE:
-            value = column.cast("double")
-            exprs |= {
-                f"min_{i}": F.min(value),
-                f"max_{i}": F.max(value),
-                f"mean_{i}": F.avg(value),
-                f"stddev_{i}": F.stddev_samp(value),
-                f"quantiles_{i}": F.percentile_approx(value, dense_qs, accuracy),
-            }
-        else:
-            length = F.when(column.isNotNull(), F.size(column))  # ANSI: size(null) is null, say so explicitly
-            exprs |= {
-                f"len_mean_{i}": F.avg(length),
-                f"len_quantiles_{i}": F.percentile_approx(length, length_qs, accuracy),
-            }
-    return exprs
+    location, provider = table_location(spark, table)
+    if provider.lower() != "delta":
+        raise TableError(f"table {table} is a {provider or None} table, not Delta; feature tables are Delta tables")
+    return location
 
 
 def aggregate_stats(frame: DataFrame, features: Sequence[Feature], accuracy: int = DEFAULT_ACCURACY) -> dict[str, Any]:
-    """:func:`stats_aggregates` of ``frame``, computed: one Spark job (a global aggregate, one row)."""
-    exprs = stats_aggregates(features, accuracy)
-    row = frame.agg(*(column.alias(name) for name, column in exprs.items())).collect()[0]
-    return row.asDict()
+    """Every per-column statistic of ``features`` in ``frame``, by name (``rows``, ``<stat>_<index>``): one Spark job.
+
+    The columns are turned into rows first, one ``(feature index, value, list length)`` per row and feature,
+    and aggregated by feature: seven aggregates whatever the number of features. A global aggregate of
+    seven per feature instead (about 470 expressions for the demo's 91 features) took 3-4 s to build, plan
+    and run on a 100-row partition, against 0.3-0.4 s for this (2026-12-03).
+    """
+    if not features:
+        return {"rows": frame.count()}
+    dense_qs = [q for _, q in DENSE_QUANTILES]
+    length_qs = [q for _, q in LENGTH_QUANTILES]
+    entries = []
+    for i, feature in enumerate(features):
+        name = f"`{feature.name}`"  # a validated name (schemas/names.py)
+        if feature.kind is Kind.DENSE:
+            value, length = f"CAST({name} AS DOUBLE)", "CAST(NULL AS INT)"
+        else:  # ANSI: size(null) is null, say so explicitly
+            value, length = "CAST(NULL AS DOUBLE)", f"CASE WHEN {name} IS NOT NULL THEN size({name}) END"
+        entries.append(f"named_struct('f', {i}, 'v', {value}, 'n', {length})")
+    # one SQL expression: built Column by Column, it cost about 7 Py4J calls a feature (0.8 s for 91 features)
+    by_feature = frame.selectExpr(f"inline(array({', '.join(entries)}))").groupBy("f").agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count("v").alias("values"),
+        F.min("v").alias("min"),
+        F.max("v").alias("max"),
+        F.avg("v").alias("mean"),
+        F.stddev_samp("v").alias("stddev"),
+        F.percentile_approx("v", dense_qs, accuracy).alias("quantiles"),
+        F.count("n").alias("lists"),
+        F.avg("n").alias("len_mean"),
+        F.percentile_approx("n", length_qs, accuracy).alias("len_quantiles"),
+    ).collect()
+    out: dict[str, Any] = {"rows": int(by_feature[0]["rows"]) if by_feature else 0}  # every feature: every row
+    rows = {int(r["f"]): r for r in by_feature}
+    for i, feature in enumerate(features):
+        row = rows.get(i)
+        dense = feature.kind is Kind.DENSE
+        out[f"non_null_{i}"] = 0 if row is None else int(row["values" if dense else "lists"])
+        names = ("min", "max", "mean", "stddev", "quantiles") if dense else ("len_mean", "len_quantiles")
+        out |= {f"{name}_{i}": None if row is None else row[name] for name in names}
+    return out
 
 
 def stored_features(registry: DatasetRegistry, schema: StructType) -> tuple[list[Feature], tuple[str, ...]]:
@@ -181,20 +191,19 @@ def stored_features(registry: DatasetRegistry, schema: StructType) -> tuple[list
 _PAIR = "array<struct<f:int,id:bigint>>"
 
 
-def _tagged_ids(column: Column, index: int, kind: Kind) -> Column:
-    """The list's ids as ``(f=index, id)`` structs; an empty array for a null list."""
-    tagged = F.transform(
-        column, lambda x: F.struct(F.lit(index).alias("f"), (x if kind is Kind.SPARSE else x["id"]).alias("id"))
-    )
-    return F.coalesce(tagged, F.array().cast(_PAIR))
+def _tagged_ids(feature: Feature, index: int) -> str:
+    """SQL: the list's ids as ``(f=index, id)`` structs; an empty array for a null list."""
+    element = "x" if feature.kind is Kind.SPARSE else "x.id"
+    return f"coalesce(transform(`{feature.name}`, x -> named_struct('f', {index}, 'id', {element})), CAST(array() AS {_PAIR}))"
 
 
 def _distinct_ids(frame: DataFrame, features: Sequence[Feature]) -> dict[int, int]:
     """Approximate distinct ids of every sparse feature, by feature index, in one pass."""
-    tagged = [_tagged_ids(F.col(f.name), i, f.kind) for i, f in enumerate(features) if f.kind is not Kind.DENSE]
+    tagged = [_tagged_ids(f, i) for i, f in enumerate(features) if f.kind is not Kind.DENSE]
     if not tagged:
         return {}
-    pairs = frame.select(F.explode(F.concat(*tagged)).alias("p")).select("p.f", "p.id")
+    # one SQL expression: built Column by Column, the transforms cost a Py4J call each (about 1 s for 25 features)
+    pairs = frame.selectExpr(f"inline(concat({', '.join(tagged)}))")
     counts = pairs.groupBy("f").agg(F.approx_count_distinct("id", DISTINCT_RSD).alias("n")).collect()
     return {int(row["f"]): int(row["n"]) for row in counts}
 
@@ -291,26 +300,23 @@ def published_stats(
     table: str,
     day: dt.date,
     version: int,
-    agg: Mapping[str, Any] | None = None,
     accuracy: int = DEFAULT_ACCURACY,
     now: dt.datetime | None = None,
 ) -> PartitionStats:
     """The statistics of ``rows``, just published as ds ``day`` of ``table`` in commit ``version``.
 
-    ``rows`` are the rows that commit wrote (the caller's persisted frame), so no table is read:
-    ``agg`` is :func:`stats_aggregates` of them when already computed (by the quality gate's pass),
-    else one aggregate computes it here; the sparse features' distinct ids take one more pass over
-    ``rows``; bytes on disk come from the footers of the files of ``day`` at ``version``. The result
-    is :func:`compute_partition_stats` of that ds at that version (``catalog stats``): the same
-    expressions over the same rows, the approximate ones within their error (see the module).
+    ``rows`` are the rows that commit wrote (the caller's persisted frame), so no table is read: one
+    aggregate of them (:func:`aggregate_stats`), one more pass for the sparse features' distinct ids, and
+    the footers of the files of ``day`` at ``version`` for the bytes on disk. The result is
+    :func:`compute_partition_stats` of that ds at that version (``catalog stats``): the same expressions
+    over the same rows, the approximate ones within their error (see the module).
     """
     started = time.monotonic()
     ds = format_ds(day)
     features, skipped = stored_features(registry, rows.schema)
-    if agg is None:
-        agg = aggregate_stats(rows, features, accuracy)
+    agg = aggregate_stats(rows, features, accuracy)
     distinct = _distinct_ids(rows, features)
-    snapshot = open_snapshot(_table_location(spark, table, dataset=registry.dataset, ds=ds), [day], version=version)
+    snapshot = open_snapshot(table_location(spark, table)[0], [day], version=version)  # just published: it exists
     return _partition_stats(registry, ds, table, snapshot, features, skipped, agg, distinct,
                             now=now, started=started)  # fmt: skip
 
@@ -348,15 +354,45 @@ def _partition_stats(registry: DatasetRegistry, ds: str, table: str, snapshot: S
 def write_partition_stats(spark: SparkSession, stats: PartitionStats) -> int:
     """Replace the catalog's rows of ``(stats.dataset, stats.ds)`` with ``stats`` in one commit.
 
-    Rerunning replaces, never duplicates. Returns the catalog table's version after the write.
+    Rerunning replaces, never duplicates; a concurrent writer of the same table is retried (the replace is
+    of the whole (dataset, ds), so one copy of one writer's rows remains). On local disk the commit is made
+    with the ``deltalake`` package, without a Spark job (its commits there are atomic, like Spark's); on
+    object storage by Spark, since delta-rs and Spark's S3 log store share no lock. Returns the catalog
+    table's version holding the rows.
     """
     table = ensure_catalog_table(spark, FEATURE_STATS)
+    location = table_location(spark, table)[0]
+    if local_path(location) is not None:
+        return _write_with_deltalake(location, stats)
     schema = from_arrow_schema(FEATURE_STATS_SCHEMA, prefer_timestamp_ntz=False)
     frame = spark.createDataFrame([tuple(row[c] for c in _COLUMNS) for row in stats.features], schema=schema)
     condition = (F.col("dataset") == F.lit(stats.dataset)) & (F.col("ds") == F.lit(stats.ds))
-    # concurrent writers of other ds (joins of other days) touch other partitions; one of the same ds conflicts,
-    # and the replace repeated after it leaves one copy of one writer's rows
     return retry_conflicts(lambda: overwrite_where(spark, table, frame, condition), attempts=4).version
+
+
+def _write_with_deltalake(location: str, stats: PartitionStats) -> int:
+    """:func:`write_partition_stats` on local disk: one ``deltalake`` commit, found again by its own tag."""
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+    from deltalake.exceptions import CommitFailedError
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
+
+    uri = str(local_path(location))
+    # both validated names (schemas.names) and a formatted date: nothing in them needs quoting
+    predicate = f"dataset = '{validate_name('dataset', stats.dataset)}' AND ds = '{format_ds(parse_ds(stats.ds))}'"
+    tag = f"featurehouse:{uuid.uuid4()}"
+    rows = pa.Table.from_pylist(list(stats.features), schema=FEATURE_STATS_SCHEMA)
+    for attempt in Retrying(stop=stop_after_attempt(4), wait=wait_incrementing(start=0.5, increment=0.5),
+                            retry=retry_if_exception_type(CommitFailedError), reraise=True):  # fmt: skip
+        with attempt:
+            properties = CommitProperties(custom_metadata={"userMetadata": tag})
+            if rows.num_rows:
+                write_deltalake(uri, rows, mode="overwrite", predicate=predicate, commit_properties=properties)
+            else:  # no statistics (an empty partition): its old rows go
+                DeltaTable(uri).delete(predicate, commit_properties=properties)
+    for commit in DeltaTable(uri).history(20):
+        if commit.get("userMetadata") == tag:
+            return int(commit["version"])
+    raise TableError(f"could not find the commit {tag} in the history of {location}")
 
 
 def refresh_partition_stats(

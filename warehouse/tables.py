@@ -65,6 +65,18 @@ class CommitMetrics:
     removed_files: int
 
 
+def table_location(spark: SparkSession, table: str) -> tuple[str, str]:
+    """``table``'s location and provider (``delta``, ``parquet``, ...), from the metastore alone.
+
+    ``DESCRIBE TABLE EXTENDED``, not ``DESCRIBE DETAIL``: the latter computes the Delta snapshot's
+    state (its file count and size), three Spark jobs on a table that changed since it was last read.
+    """
+    rows = {r["col_name"]: r["data_type"] for r in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()}
+    if "Location" not in rows:
+        raise TableError(f"table {table} has no location in the metastore (a view?); feature tables are Delta tables")
+    return rows["Location"], rows.get("Provider") or ""
+
+
 def current_version(spark: SparkSession, table: str) -> int:
     """The Delta version ``table`` is at now."""
     return int(DeltaTable.forName(spark, table).history(1).first()["version"])

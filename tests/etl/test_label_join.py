@@ -307,7 +307,7 @@ def test_the_join_writes_the_statistics_catalog_stats_recomputes(spark, request,
 
     unstated = join(spark, request, tmp_path, registry_dir, ds=DAY2, stats=False)
     assert unstated.published and unstated.stats is None
-    assert "not computed (--no-stats)" in unstated.format()
+    assert "statistics         not computed (--no-stats)" in unstated.format()
     assert stats.where(F.col("ds") == DAY2).count() == 0
 
     rerun = join(spark, request, tmp_path, registry_dir)
