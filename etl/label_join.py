@@ -33,8 +33,8 @@ Rules (the contract every training sample relies on):
   copy); no other ds is touched. A refused ds is kept in a staging table of the run with its
   report, and raises :class:`DataRefusedError` (exit 3).
 * A published ds's catalog statistics (``featurehouse_catalog.feature_stats``: counts, nulls,
-  min/max/mean, quantiles, list lengths, distinct ids, bytes on disk) come from the same rows, their
-  aggregate in the gate's pass, written after the publish (``--no-stats`` skips them).
+  min/max/mean, quantiles, list lengths, distinct ids, bytes on disk) come from the same persisted
+  rows, written after the publish (``--no-stats`` skips them).
 """
 
 from __future__ import annotations
@@ -515,7 +515,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="stats",
         action="store_false",
         help="do not compute the published ds's catalog statistics (featurehouse_catalog.feature_stats); by default "
-        "they come from the joined rows, in the gate's pass; `featurehouse catalog stats` computes them later",
+        "they come from the joined rows, after the publish; `featurehouse catalog stats` computes them later",
     )
     add_common_arguments(parser)
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from delta.tables import DeltaTable
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -25,7 +24,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from schemas.catalog import CATALOG_DATABASE, CATALOG_TABLES, FEATURES, FEATURES_SCHEMA, catalog_table
 from schemas.registry import DatasetRegistry, Feature
 from warehouse.catalog_views import VIEWS
-from warehouse.tables import create_if_missing, overwrite_where
+from warehouse.tables import create_if_missing, overwrite_where, retry_conflicts
 
 #: The columns of ``features`` that say what a feature is (everything but ``updated_at``).
 _CONTENT = tuple(f.name for f in FEATURES_SCHEMA if f.name != "updated_at")
@@ -56,10 +55,8 @@ def ensure_catalog(spark: SparkSession) -> None:
     for name, body in VIEWS.items():
         # CREATE OR REPLACE VIEW is a drop and a create in the metastore: a concurrent job's create can land in
         # between, and this one then fails as TABLE_OR_VIEW_ALREADY_EXISTS; once more replaces it (same body)
-        for attempt in Retrying(stop=stop_after_attempt(4), wait=wait_incrementing(start=0.5, increment=0.5),
-                                retry=retry_if_exception_type(AnalysisException), reraise=True):  # fmt: skip
-            with attempt:
-                spark.sql(f"CREATE OR REPLACE VIEW {CATALOG_DATABASE}.{name} AS {body.strip()}")
+        statement = f"CREATE OR REPLACE VIEW {CATALOG_DATABASE}.{name} AS {body.strip()}"
+        retry_conflicts(lambda statement=statement: spark.sql(statement), on=(AnalysisException,))
 
 
 def feature_row(registry: DatasetRegistry, feature: Feature) -> dict[str, Any]:

@@ -218,14 +218,16 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
         quarantined_impressions=quarantined[0], quarantined_labels=quarantined[1],
         reason=override.reason if override else None,
     ))  # fmt: skip
-    partition_stats, skipped = None, None if stats else "--no-stats"
-    location = table_location(spark, table)[0] if commit is not None and stats else ""
-    if location and local_path(location) is None:  # the snapshot and footers are read with deltalake and pyarrow
-        skipped = f"{table} is on object storage ({location}), whose files the statistics do not read yet"
-    elif location:  # before the staging table is dropped: it may be what ``rows`` reads
-        progress(f"{registry.dataset} ds={ds}: computing the catalog statistics of the published rows")
-        partition_stats = published_stats(spark, registry, rows, table=table, day=day, version=commit.version)
-        partition_stats = replace(partition_stats, catalog_version=write_partition_stats(spark, partition_stats))
+    partition_stats, skipped = None, (None if stats else "--no-stats")
+    if commit is not None and stats:  # before the staging table is dropped: it may be what ``rows`` reads
+        location = table_location(spark, table)[0]
+        if local_path(location) is None:  # the snapshot and footers are read with deltalake and pyarrow
+            skipped = f"{table} is on object storage ({location}), whose files the statistics do not read yet"
+        else:
+            progress(f"{registry.dataset} ds={ds}: computing the catalog statistics of the published rows")
+            partition_stats = published_stats(registry, rows, table=table, location=location, day=day,
+                                              version=commit.version)  # fmt: skip
+            partition_stats = replace(partition_stats, catalog_version=write_partition_stats(spark, partition_stats))
     if commit is not None and staged is not None:
         drop_staging(spark, staged)
     return GateOutcome(report, report_path, commit, staging, partition_stats, skipped)

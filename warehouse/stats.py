@@ -293,17 +293,17 @@ def compute_partition_stats(
 
 
 def published_stats(
-    spark: SparkSession,
     registry: DatasetRegistry,
     rows: DataFrame,
     *,
     table: str,
+    location: str,
     day: dt.date,
     version: int,
     accuracy: int = DEFAULT_ACCURACY,
     now: dt.datetime | None = None,
 ) -> PartitionStats:
-    """The statistics of ``rows``, just published as ds ``day`` of ``table`` in commit ``version``.
+    """The statistics of ``rows``, just published as ds ``day`` of ``table`` (at ``location``) in commit ``version``.
 
     ``rows`` are the rows that commit wrote (the caller's persisted frame), so no table is read: one
     aggregate of them (:func:`aggregate_stats`), one more pass for the sparse features' distinct ids, and
@@ -316,7 +316,7 @@ def published_stats(
     features, skipped = stored_features(registry, rows.schema)
     agg = aggregate_stats(rows, features, accuracy)
     distinct = _distinct_ids(rows, features)
-    snapshot = open_snapshot(table_location(spark, table)[0], [day], version=version)  # just published: it exists
+    snapshot = open_snapshot(location, [day], version=version)
     return _partition_stats(registry, ds, table, snapshot, features, skipped, agg, distinct,
                             now=now, started=started)  # fmt: skip
 
@@ -374,21 +374,21 @@ def _write_with_deltalake(location: str, stats: PartitionStats) -> int:
     """:func:`write_partition_stats` on local disk: one ``deltalake`` commit, found again by its own tag."""
     from deltalake import CommitProperties, DeltaTable, write_deltalake
     from deltalake.exceptions import CommitFailedError
-    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
     uri = str(local_path(location))
     # both validated names (schemas.names) and a formatted date: nothing in them needs quoting
     predicate = f"dataset = '{validate_name('dataset', stats.dataset)}' AND ds = '{format_ds(parse_ds(stats.ds))}'"
     tag = f"featurehouse:{uuid.uuid4()}"
     rows = pa.Table.from_pylist(list(stats.features), schema=FEATURE_STATS_SCHEMA)
-    for attempt in Retrying(stop=stop_after_attempt(4), wait=wait_incrementing(start=0.5, increment=0.5),
-                            retry=retry_if_exception_type(CommitFailedError), reraise=True):  # fmt: skip
-        with attempt:
-            properties = CommitProperties(custom_metadata={"userMetadata": tag})
-            if rows.num_rows:
-                write_deltalake(uri, rows, mode="overwrite", predicate=predicate, commit_properties=properties)
-            else:  # no statistics (an empty partition): its old rows go
-                DeltaTable(uri).delete(predicate, commit_properties=properties)
+
+    def commit() -> None:
+        properties = CommitProperties(custom_metadata={"userMetadata": tag})
+        if rows.num_rows:
+            write_deltalake(uri, rows, mode="overwrite", predicate=predicate, commit_properties=properties)
+        else:  # no statistics (an empty partition): its old rows go
+            DeltaTable(uri).delete(predicate, commit_properties=properties)
+
+    retry_conflicts(commit, on=(CommitFailedError,))
     for commit in DeltaTable(uri).history(20):
         if commit.get("userMetadata") == tag:
             return int(commit["version"])
@@ -401,11 +401,13 @@ def refresh_partition_stats(
     ds: str,
     *,
     table: str | None = None,
+    version: int | None = None,
     now: dt.datetime | None = None,
     progress: Progress | None = None,
 ) -> PartitionStats:
-    """Compute the statistics of ``ds`` and write them to the catalog; ``elapsed_s`` covers both."""
+    """Compute the statistics of ``ds`` (at ``version``, default the latest) and write them to the catalog;
+    ``elapsed_s`` covers both."""
     started = time.monotonic()
-    stats = compute_partition_stats(spark, registry, ds, table=table, now=now, progress=progress)
+    stats = compute_partition_stats(spark, registry, ds, table=table, version=version, now=now, progress=progress)
     version = write_partition_stats(spark, stats)
     return replace(stats, catalog_version=version, elapsed_s=time.monotonic() - started)

@@ -129,14 +129,17 @@ def persisted(frame: DataFrame, level: StorageLevel = StorageLevel.MEMORY_AND_DI
         cached.unpersist()
 
 
-def retry_conflicts(commit: Callable[[], T], *, attempts: int = 4) -> T:
+def retry_conflicts(commit: Callable[[], T], *, attempts: int = 4,
+                    on: tuple[type[BaseException], ...] = CONFLICTS) -> T:  # fmt: skip
     """Run ``commit``; when a concurrent writer wins (a Delta conflict), wait a little and run it again.
 
     Only for commits that are safe to repeat (a replace of a whole ds, an append of one
-    row); the last conflict is raised. The pauses grow: 0.5 s, 1 s, 1.5 s, ...
+    row); the last conflict is raised. The pauses grow: 0.5 s, 1 s, 1.5 s, ... ``on``: the
+    errors that mean another writer won (Spark's Delta conflicts unless told; deltalake's
+    ``CommitFailedError``, a metastore race).
     """
     retrying = Retrying(stop=stop_after_attempt(attempts), wait=wait_incrementing(start=0.5, increment=0.5),
-                        retry=retry_if_exception_type(CONFLICTS), reraise=True)  # fmt: skip
+                        retry=retry_if_exception_type(on), reraise=True)  # fmt: skip
     return retrying(commit)
 
 

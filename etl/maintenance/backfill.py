@@ -39,7 +39,7 @@ from warehouse.command import run_spark_job
 from warehouse.derived import derived_column, validate_derived
 from warehouse.evolution import prepare_for_write
 from warehouse.flags import add_common_arguments, common_settings
-from warehouse.stats import compute_partition_stats, write_partition_stats
+from warehouse.stats import refresh_partition_stats
 from warehouse.tables import current_version, replace_partition, table_name
 
 
@@ -176,9 +176,8 @@ def run(spark: SparkSession, config: BackfillConfig, *, progress: Progress | Non
         say(f"backfill {feature.name} ds={ds} ({i}/{len(present)})")
         result = backfill_partition(spark, table, feature, ds)
         if result.version is not None:
-            stats = compute_partition_stats(spark, registry, ds, table=table, version=result.version)
-            result = replace(result, stats_version=write_partition_stats(spark, stats),
-                             seconds=result.seconds + stats.elapsed_s)  # fmt: skip
+            stats = refresh_partition_stats(spark, registry, ds, table=table, version=result.version)
+            result = replace(result, stats_version=stats.catalog_version, seconds=result.seconds + stats.elapsed_s)
         results.append(result)
         say(f"  {result.format()}")
     return BackfillSummary(
