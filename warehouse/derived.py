@@ -17,22 +17,23 @@ from schemas.errors import RegistryError
 from schemas.exit import first_line
 from schemas.registry import DatasetRegistry, Feature
 from schemas.spark import feature_type, table_schema
+from schemas.sql_text import literal
 
 
 #: ``ds`` of :func:`populated`: each row's own ``ds`` column (a stream's rows span days).
 ROW_DS = "row"
 
 
-def populated(feature: Feature, value: Column, ds: dt.date | str) -> Column:
-    """``value`` where ``feature`` is filled on ``ds``, else null: null for a feature not stored, and from its
-    ``deprecated_ds`` on. ``ds``: the day of every row, or :data:`ROW_DS` for each row's own ``ds`` column."""
-    empty = F.lit(None).cast(feature_type(feature))
+def populated(feature: Feature, value: str, ds: dt.date | str) -> str:
+    """SQL text: ``value`` (SQL text) where ``feature`` is filled on ``ds``, else null: null for a feature not stored,
+    and from its ``deprecated_ds`` on. ``ds``: the day of every row, or :data:`ROW_DS` for each row's own ``ds`` column."""
+    empty = f"CAST(NULL AS {feature_type(feature).simpleString()})"
     if ds != ROW_DS:
         return value if feature.populated_on(ds) else empty
     deprecated = feature.lifecycle.deprecated_ds
     if not feature.stored:
         return empty
-    return value if deprecated is None else F.when(F.col("ds") < F.lit(deprecated.isoformat()), value).otherwise(empty)
+    return value if deprecated is None else f"CASE WHEN ds < {literal(deprecated.isoformat())} THEN {value} ELSE {empty} END"
 
 
 def derived_column(feature: Feature, ds: dt.date | str | None = None) -> Column:
@@ -40,8 +41,8 @@ def derived_column(feature: Feature, ds: dt.date | str | None = None) -> Column:
     (``ds``: see :func:`populated`; None: not checked)."""
     if feature.derived is None:
         raise ValueError(f"feature {feature.name!r} is not derived")
-    value = F.expr(feature.derived).cast(feature_type(feature))
-    return value if ds is None else populated(feature, value, ds)
+    value = f"CAST(({feature.derived}) AS {feature_type(feature).simpleString()})"
+    return F.expr(value if ds is None else populated(feature, value, ds))
 
 
 def add_derived(frame: DataFrame, registry: DatasetRegistry, ds: dt.date | str | None = None) -> DataFrame:

@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.names import format_ds
 from schemas.registry import KEY_COLUMNS, DatasetRegistry, Kind
+from schemas.sql_text import identifier, literal
 
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 LENGTH_PREFIX = "__length_of_"
 
@@ -191,38 +192,39 @@ _BOOLEAN_ONLY = {"result_format": "BOOLEAN_ONLY"}
 _UNIQUE = "column_values.unique.unexpected_count"
 
 
-def _metric_column(metric: str, column: str | None, value_kwargs: dict[str, Any]) -> Column | None:
-    """The Spark aggregate of one Great Expectations metric, as GX's Spark engine defines it (None: not an aggregate).
+def _metric_column(metric: str, column: str | None, value_kwargs: dict[str, Any]) -> str | None:
+    """The Spark aggregate of one Great Expectations metric, as GX's Spark engine defines it, in SQL text
+    (``schemas/sql_text.py``; None: not an aggregate).
 
     Map metrics count the non-null values that fail the condition; a ``__length_of_`` column is the
     size of its list column, computed here rather than added to the frame.
     """
-    from pyspark.sql import functions as F
-
     if metric == "table.row_count":
-        return F.count(F.lit(1))
+        return "count(1)"
     if column is None:
         return None
-    value = F.size(F.col(column.removeprefix(LENGTH_PREFIX))) if column.startswith(LENGTH_PREFIX) else F.col(column)
+    value = f"size({identifier(column.removeprefix(LENGTH_PREFIX))})" if column.startswith(LENGTH_PREFIX) \
+        else identifier(column)  # fmt: skip
     if metric == "column_values.nonnull.unexpected_count":
-        return F.count_if(value.isNull())
+        return f"count_if({value} IS NULL)"
     if metric == "column_values.in_set.unexpected_count":
-        return F.count_if(value.isNotNull() & ~value.isin(list(value_kwargs["value_set"])))
+        allowed = list(value_kwargs["value_set"])
+        return f"count_if({value} IS NOT NULL AND NOT ({value} IN ({', '.join(map(literal, allowed))})))" if allowed \
+            else f"count_if({value} IS NOT NULL)"  # fmt: skip
     if metric == "column_values.between.unexpected_count":
         lo, hi = value_kwargs.get("min_value"), value_kwargs.get("max_value")
-        inside = F.lit(True)
+        inside = ["TRUE"]
         if lo is not None:
-            inside = inside & (value > lo if value_kwargs.get("strict_min") else value >= lo)
+            inside.append(f"{value} {'>' if value_kwargs.get('strict_min') else '>='} {literal(lo)}")
         if hi is not None:
-            inside = inside & (value < hi if value_kwargs.get("strict_max") else value <= hi)
-        return F.count_if(value.isNotNull() & ~inside)
-    if metric == "column.mean":
-        return F.avg(value)
-    if metric == "column.max":
-        return F.max(value)
-    if metric == "column.min":
-        return F.min(value)
+            inside.append(f"{value} {'<' if value_kwargs.get('strict_max') else '<='} {literal(hi)}")
+        return f"count_if({value} IS NOT NULL AND NOT ({' AND '.join(inside)}))"
+    if metric in _COLUMN_AGGREGATES:
+        return f"{_COLUMN_AGGREGATES[metric]}({value})"
     return None
+
+
+_COLUMN_AGGREGATES = {"column.mean": "avg", "column.max": "max", "column.min": "min"}
 
 
 def _metric_key(metric: str, column: str | None, value_kwargs: dict[str, Any]) -> str:
@@ -230,19 +232,19 @@ def _metric_key(metric: str, column: str | None, value_kwargs: dict[str, Any]) -
                       default=str)  # fmt: skip
 
 
-def _judge(frame: DataFrame, suite: list[Any], extra: dict[str, Column]) -> tuple[list[tuple[Any, bool]], dict[str, Any]]:
+def _judge(frame: DataFrame, suite: list[Any], extra: dict[str, str]) -> tuple[list[tuple[Any, bool]], dict[str, Any]]:
     """Each expectation of ``suite`` with Great Expectations' verdict on ``frame``, from one pass over it.
 
     Every metric the expectations depend on (row count, null counts, counts outside a set or a
     range, means, maxima) is one aggregate of a single Spark job; key uniqueness is a second, small
     job over the key column alone. Each expectation then judges its metrics with its own
     ``_validate`` (mostly, strict bounds, vacuous truth: Great Expectations' rules, not ours).
-    ``extra``: more aggregates for the caller, computed in the same job; their values are returned.
+    ``extra``: more aggregates for the caller (SQL text), computed in the same job; their values are returned.
     """
     from pyspark.sql import functions as F
 
     needs: list[tuple[Any, dict[str, str]]] = []
-    aggregates: dict[str, Column] = {}
+    aggregates: dict[str, str] = {}
     unique_columns: set[str] = set()
     for expectation in suite:
         column = getattr(expectation, "column", None)
@@ -263,8 +265,8 @@ def _judge(frame: DataFrame, suite: list[Any], extra: dict[str, Column]) -> tupl
                 aggregates[key] = aggregate
         needs.append((expectation, keys))
     names = list(aggregates)
-    row = frame.agg(*[aggregates[k].alias(f"m{i}") for i, k in enumerate(names)],
-                    *[column.alias(f"x{i}") for i, column in enumerate(extra.values())]).first()  # fmt: skip
+    row = frame.agg(*[F.expr(f"{aggregates[k]} AS m{i}") for i, k in enumerate(names)],
+                    *[F.expr(f"{text} AS x{i}") for i, text in enumerate(extra.values())]).first()  # fmt: skip
     values: dict[str, Any] = {k: row[f"m{i}"] for i, k in enumerate(names)}
     extras = {name: row[f"x{i}"] for i, name in enumerate(extra)}
     for column in sorted(unique_columns):
@@ -294,7 +296,7 @@ def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: 
     from pyspark.sql import functions as F
 
     suite = expectations(registry, ds, history)
-    counts = {"rows": F.count(F.lit(1)), **{c: F.coalesce(F.sum(c), F.lit(0)) for c in registry.label_columns}}
+    counts = {"rows": "count(1)", **{c: f"coalesce(sum({identifier(c)}), 0)" for c in registry.label_columns}}
     verdicts, counted = _judge(frame, suite, counts)
     failed = [e for e, success in verdicts if not success]
     details = {}

@@ -12,6 +12,7 @@ from etl.records.quarantine import VALID_COLUMN, impression_valid
 from schemas.names import parse_ds
 from schemas.registry import DatasetRegistry
 from schemas.spark import CORRUPT_RECORD_COLUMN, FEATURE_MAPS, feature_type
+from schemas.sql_text import identifier
 from warehouse.derived import ROW_DS, add_derived, populated
 
 
@@ -24,9 +25,10 @@ def flatten_features(registry: DatasetRegistry, ds: dt.date | str) -> list[Colum
     """
     columns = []
     for f in registry.logged_features:
-        logged = [F.col(FEATURE_MAPS[f.kind]).getField(key) for key in f.log_keys]
-        value = (logged[0] if len(logged) == 1 else F.coalesce(*logged)).cast(feature_type(f))
-        columns.append(populated(f, value, ds).alias(f.name))
+        logged = [f"{identifier(FEATURE_MAPS[f.kind])}.{identifier(key)}" for key in f.log_keys]
+        taken = logged[0] if len(logged) == 1 else "coalesce(" + ", ".join(logged) + ")"
+        value = f"CAST({taken} AS {feature_type(f).simpleString()})"
+        columns.append(F.expr(f"{populated(f, value, ds)} AS {identifier(f.name)}"))  # one Py4J call (schemas/sql_text.py)
     return columns
 
 
