@@ -66,6 +66,7 @@ from etl.records.landing import (
     Landing,
     RecordKind,
     SUCCESS_MARKER,
+    bytes_under,
     empty_files,
     empty_labels,
     label_days,
@@ -92,6 +93,7 @@ from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DatasetRegistry, load_dataset
 from schemas.spark import impression_record_schema
 from warehouse.command import run_spark_job
+from warehouse.confs import input_size_confs, runtime_confs
 from warehouse.evolution import prepare_for_write
 from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import GateOutcome, audit_and_publish, new_run_id
@@ -345,6 +347,7 @@ class _Plan:
     present_days: tuple[dt.date, ...]  # those of them that exist
     window_open: bool
     table: str
+    input_bytes: int  # of the impression and label partitions read
 
 
 @dataclass(frozen=True)
@@ -364,11 +367,13 @@ def _plan(spark: SparkSession, config: LabelJoinConfig, progress: Progress) -> _
     days = label_days(config.ds, registry.max_window)
     window_open = check_partitions(landing, config, days, exists=partial(path_exists, spark))
     present_days = [d for d in days if path_exists(spark, landing.partition(RecordKind.LABELS, d))]
+    input_bytes = bytes_under(spark, [landing.partition(RecordKind.IMPRESSIONS, config.ds),
+                                      *(landing.partition(RecordKind.LABELS, d) for d in present_days)])  # fmt: skip
     table, changes = prepare_for_write(spark, registry)
     for change in changes:
         progress(f"{config.dataset}: {change.action.value} {change.detail}")
     return _Plan(new_run_id(), registry, landing, format_ds(config.ds), tuple(days), tuple(present_days),
-                 window_open, table)  # fmt: skip
+                 window_open, table, input_bytes)  # fmt: skip
 
 
 def _read(spark: SparkSession, config: LabelJoinConfig, plan: _Plan) -> tuple[DataFrame, DataFrame]:
@@ -451,9 +456,11 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
     now = dt.datetime.now(dt.UTC)
 
     say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(plan.days[0])} .. "
-        f"{format_ds(plan.days[-1])}")  # fmt: skip
+        f"{format_ds(plan.days[-1])} ({plan.input_bytes:,} bytes)")  # fmt: skip
     flat, raw_labels = _read(spark, config, plan)
-    with persisted(flat) as flat, persisted(raw_labels) as raw_labels:
+    # a small day's plans run interpreted (warehouse/confs.py); a setting the user gave is kept
+    with runtime_confs(spark, input_size_confs(plan.input_bytes), keep_set=True), \
+            persisted(flat) as flat, persisted(raw_labels) as raw_labels:  # fmt: skip
         say(f"{config.dataset} ds={ds}: parsing and quarantining bad records")
         found = _quarantine(spark, config, registry, plan.landing, flat, raw_labels, plan.run_id, now)
 

@@ -114,6 +114,16 @@ def line_numbers(rows: DataFrame, every_row: DataFrame) -> DataFrame:
     )
 
 
+def bytes_under(spark: SparkSession, paths: Sequence[str]) -> int:
+    """The bytes of the files under ``paths`` (recursively; a missing path counts 0): one listing call per path."""
+    total = 0
+    for path in paths:
+        fs, hadoop_path = _filesystem_path(spark, path)
+        if fs.exists(hadoop_path):
+            total += int(fs.getContentSummary(hadoop_path).getLength())
+    return total
+
+
 def empty_files(spark: SparkSession, paths: Sequence[str]) -> list[str]:
     """The empty data files under ``paths`` (recursively): a logger that died before writing its first line."""
     found = []

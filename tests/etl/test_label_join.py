@@ -313,3 +313,45 @@ def test_the_join_writes_the_statistics_catalog_stats_recomputes(spark, request,
     rerun = join(spark, request, tmp_path, registry_dir)
     again = stats.where(F.col("ds") == DAY1).collect()
     assert len(again) == 4 and {r["table_version"] for r in again} == {rerun.commit.version}
+
+
+def test_compiled_and_interpreted_plans_publish_the_same_day(spark, request, tmp_path, registry_dir):
+    """A small day's plans run interpreted (warehouse/confs.py); a user's setting keeps them compiled. Both give
+    the same rows, quarantine and counts, on a day with a broken line, a non-finite value, nulls and unknown names."""
+    from warehouse.confs import INTERPRETED_CONFS, input_size_confs
+
+    landing = tmp_path / "landing"
+    write_landing(landing, "impressions", DAY1, [
+        imp("a", "2026-11-01T08:00:00.000Z"),
+        imp("b", "2026-11-01T09:00:00.000Z", dense={"user_ctr_7d": None, "item_price": 1.5, "mystery": 2.0}),
+        imp("c", "2026-11-01T10:00:00.000Z", dense={"user_ctr_7d": "Infinity", "item_price": 1.0}),
+        imp("d", "2026-11-02T10:00:00.000Z"),  # outside the ds
+        '{"impression_id": "broken", "event_time": ',
+    ])  # fmt: skip
+    write_landing(landing, "labels", DAY1, [lab("a", "click", "2026-11-01T08:00:05.000Z")])
+    close_label_days(landing, DAY1, 4)
+    assert input_size_confs(0) == INTERPRETED_CONFS and input_size_confs(2**40) == {}
+
+    def published() -> tuple:
+        summary = join(spark, request, tmp_path, registry_dir, max_bad_fraction=0.9, stats=False)
+        rows = spark.table(summary.table).where(f"ds = '{DAY1}'").orderBy("impression_id").collect()
+        quarantine = spark.table(summary.quarantine_table).where(f"ds = '{DAY1}'").select("problem", "line") \
+            .orderBy("line").collect()  # fmt: skip
+        counts = (summary.rows_out, summary.quarantined_impressions, summary.positives, summary.unknown_features,
+                  summary.unknown_feature_values, summary.problems)  # fmt: skip
+        return rows, quarantine, counts
+
+    compiled = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "CODEGEN_ONLY"}
+    for key, value in compiled.items():
+        spark.conf.set(key, value)  # as a user's --conf: kept by the join
+    try:
+        with_code = published()
+    finally:
+        for key in compiled:
+            spark.conf.unset(key)
+    interpreted = published()
+    assert interpreted == with_code
+    rows, quarantine, counts = interpreted
+    assert [r.impression_id for r in rows] == ["a", "b"] and rows[0].label_click == 1
+    assert counts[:2] == (2, 3) and counts[3:5] == (("mystery",), 1)
+    assert sorted(q.problem for q in quarantine) == ["not_finite", "not_json", "outside_ds"]
