@@ -1,5 +1,7 @@
 """A small day's label join in a session already started: the summary's elapsed and its Spark jobs, with the
-catalog statistics and without (``--no-stats``), alternating, median of the runs after a warm-up.
+catalog statistics, without them (``--no-stats``), and with compiled plans (the code generation a small day
+skips, warehouse/confs.py, turned back on as a user's --conf would), alternating, median of the runs after a
+warm-up.
 
     .venv/bin/python -m bench.small_day --impressions 100 --runs 3
 
@@ -24,14 +26,20 @@ DS = dt.date(2026, 11, 1)
 class Join:
     """One ``etl.label_join.run`` of the generated day; its own elapsed (the summary's) and job count."""
 
-    def __init__(self, spark, config) -> None:
-        self.spark, self.config, self.last = spark, config, None
+    def __init__(self, spark, config, confs: dict[str, str] | None = None) -> None:
+        self.spark, self.config, self.confs, self.last = spark, config, confs or {}, None
 
     def __call__(self) -> dict:
         from etl import label_join
+        from warehouse.confs import runtime_confs
 
-        self.last = label_join.run(self.spark, self.config)
+        with runtime_confs(self.spark, self.confs):  # set as a user's --conf: the join keeps them
+            self.last = label_join.run(self.spark, self.config)
         return {"seconds": self.last.elapsed_s, "spark_jobs": self.last.spark_jobs}
+
+
+#: Code generation on, as it was before small days ran interpreted.
+COMPILED = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         with spark_session(home, conf={"spark.ui.enabled": "false"}) as spark:
             config = label_join.LabelJoinConfig(dataset="ads", ds=DS, home=home, explain_jobs=True)
             contenders = {"with statistics": Join(spark, config),
-                          "--no-stats": Join(spark, dataclasses.replace(config, stats=False))}  # fmt: skip
+                          "--no-stats": Join(spark, dataclasses.replace(config, stats=False)),
+                          "compiled plans": Join(spark, config, COMPILED)}  # fmt: skip
             results = rounds(contenders, args.runs, label=f"{args.impressions:,}-impression day, ")
     for name, runs in results.items():
         jobs = sorted({r["spark_jobs"] for r in runs})
@@ -57,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}, the last run's jobs:", *contenders[name].last.job_list, sep="\n  ")
     share = ratio(results["with statistics"], results["--no-stats"])
     say(f"with / without the statistics: {share['median']:.2f}x (round by round, median of {args.runs})")
+    compiled = ratio(results["compiled plans"], results["with statistics"])
+    say(f"compiled / interpreted plans: {compiled['median']:.2f}x (round by round, median of {args.runs})")
     return 0
 
 
