@@ -232,7 +232,7 @@ class FeaturehouseSubmit(SparkSubmitOperator):
         self.reads_landing = reads_landing
 
     def execute(self, context: Any) -> None:
-        from warehouse.session import session_confs
+        from warehouse.confs import session_confs
 
         settings = Settings.load()
         confs = session_confs(settings.home, settings.spark_conf)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.common import figure, ratio, rounds, say, spread
 from warehouse import cds
-from warehouse.session import session_confs
+from warehouse.confs import session_confs
 
 FEATUREHOUSE = str(Path(sys.executable).parent / "featurehouse")
 

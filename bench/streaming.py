@@ -657,7 +657,9 @@ def main() -> None:
 
     from pyspark.sql import SparkSession
 
-    from warehouse.session import configure_builder, session_confs
+    from warehouse.confs import session_confs
+
+    from warehouse.session import configure_builder
 
     home = (ns.home or Path(tempfile.mkdtemp(prefix="streaming_bench_"))).resolve()
     home.mkdir(parents=True, exist_ok=True)

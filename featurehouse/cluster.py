@@ -37,10 +37,10 @@ from schemas.exit import run_command
 from schemas.paths import default_home
 from schemas.progress import Progress, stderr_progress
 from schemas.settings import METASTORE_URL
+from warehouse.confs import delta_jars, session_confs, spark_submit_args
 from warehouse.metastore import init_schema
 from warehouse.processes import pid_alive, port_open, stop, tail, wait_until_ready
 from warehouse.profiles import Profile, load_profile
-from warehouse.session import delta_jars, session_confs, spark_submit_args
 
 THRIFT_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
 START_TIMEOUT_S = 120.0

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from schemas.errors import ConfigError
 from schemas.exit import run_command
 from schemas.redact import redact, secret_values
+from warehouse.confs import spark_submit_args
 from warehouse.flags import add_common_arguments, common_settings
-from warehouse.session import spark_submit_args
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -80,7 +80,9 @@ def spark(spark_home: Path):
     """The one SparkSession of the test run: local[2], UI off, few shuffle partitions."""
     from pyspark.sql import SparkSession
 
-    from warehouse.session import configure_builder, session_confs
+    from warehouse.confs import session_confs
+
+    from warehouse.session import configure_builder
 
     confs = session_confs(
         spark_home,

@@ -89,7 +89,7 @@ def test_a_spark_job_masks_bare_conf_secrets_in_its_error(monkeypatch, capsys, t
 
 
 def test_a_malformed_secret_conf_flag_is_not_echoed():
-    from warehouse.session import parse_conf_pairs
+    from warehouse.confs import parse_conf_pairs
 
     with pytest.raises(ConfigError) as caught:
         parse_conf_pairs([f"{PASSWORD_KEY} hunter2"])

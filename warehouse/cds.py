@@ -82,7 +82,7 @@ def _workload() -> None:
 def make() -> Path:
     """Run the workload under spark-submit with ``-XX:ArchiveClassesAtExit`` and keep the archive it dumps, under
     the key of the embedded default's classpath. Archives of other keys are removed: they serve nothing now."""
-    from warehouse.session import session_confs, spark_submit_args
+    from warehouse.confs import session_confs, spark_submit_args
 
     with tempfile.TemporaryDirectory(prefix="featurehouse-cds-") as scratch:
         settings = {"spark.ui.enabled": "false", "spark.master": "local[2]"}

@@ -1,13 +1,172 @@
-"""Spark settings: the embedded defaults, settings parsed from flags, and settings changed for a block."""
+"""Spark settings: what a featurehouse session is configured with, and settings changed for a block.
+
+The embedded default is local Spark, an embedded Derby metastore and the warehouse under one data
+folder (``schemas.paths.default_home``). Every setting is a plain Spark conf and can be overridden
+with ``--conf k=v``, so the same code runs with spark-submit on a cluster against a shared metastore.
+:func:`session_confs` is the one place they are put together; :func:`spark_submit_args` gives the
+same settings as spark-submit arguments. Starting a session from them is ``warehouse.session``'s.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from schemas.errors import ConfigError
+from schemas.paths import REPO_ROOT, warehouse_location
+from schemas.redact import REDACTED, SECRET_KEY
+from schemas.settings import METASTORE_URL
+from warehouse import cds
+from warehouse.cds import merge_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+#: Where ``make jars`` puts the Delta jars that the pyspark wheel lacks.
+DEFAULT_JARS_DIR = REPO_ROOT / ".jvm" / "jars"
+#: The driver JVM's options: the embedded default's, the class-data archive's and the user's, merged.
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: Spark puts these before the driver's extraJavaOptions: where the class-data archive's option goes.
+DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+#: The Delta package for pyspark 4.2 (keep in step with jvm/pom.xml and pyproject.toml).
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+
+
+def parse_conf_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    """Turn ``["k=v", ...]`` from ``--conf`` flags into a dict; a malformed pair is a ConfigError."""
+    confs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            secret = SECRET_KEY.search(pair)  # e.g. "...ConnectionPassword hunter2": show the key, not the rest
+            shown = repr(pair[: secret.end()] + REDACTED) if secret else repr(pair)
+            raise ConfigError(f"--conf {shown} is not of the form key=value, e.g. --conf spark.sql.shuffle.partitions=4")
+        confs[key.strip()] = value
+    return confs
+
+
+def delta_jars(jars_dir: Path | None = None) -> list[str]:
+    """The Delta jars resolved by ``make jars`` (see jvm/pom.xml), or [] if there are none."""
+    directory = Path(os.environ.get("FEATUREHOUSE_JARS") or jars_dir or DEFAULT_JARS_DIR)
+    return sorted(str(p) for p in directory.glob("*.jar"))
+
+
+def embedded_confs(home: Path) -> dict[str, str]:
+    """Spark confs of the embedded default, all under ``home``; each can be overridden.
+
+    The metastore is Derby in ``home/metastore_db`` (one JVM at a time), the
+    warehouse ``home/warehouse``. Time is UTC: a ds is a UTC date.
+    """
+    home = Path(home).resolve()
+    return {
+        "spark.master": "local[*]",
+        "spark.app.name": "featurehouse",
+        "spark.driver.memory": "4g",
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": warehouse_location(home),
+        METASTORE_URL: f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
+        JAVA_OPTIONS: f"-Dderby.system.home={home}",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.databricks.delta.snapshotPartitions": "4",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.log.structuredLogging.enabled": "false",
+    }
+
+
+#: JDBC drivers a metastore database needs on the driver JVM's own classpath (Hive's metastore client loads
+#: them there, not from spark.jars): URL scheme -> jar name pattern in the jar folder (jvm/pom.xml).
+METASTORE_DRIVERS = {"jdbc:postgresql:": "postgresql-*.jar"}
+
+
+def submitted_confs() -> dict[str, str]:
+    """The settings spark-submit gave this driver (``--conf``, ``--master``, ...); call only under spark-submit."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # attaches to spark-submit's JVM, so SparkConf() reads its settings
+    return dict(SparkConf().getAll())
+
+
+def metastore_driver_jars(url: str, jars_dir: Path | None = None) -> list[str]:
+    """The JDBC driver jars a metastore at ``url`` needs on the driver's classpath ([] for embedded Derby)."""
+    directory = Path(os.environ.get("FEATUREHOUSE_JARS") or jars_dir or DEFAULT_JARS_DIR)
+    for scheme, pattern in METASTORE_DRIVERS.items():
+        if url.startswith(scheme):
+            jars = sorted(str(p) for p in directory.glob(pattern))
+            if not jars:
+                raise ConfigError(f"the metastore {url.split('?')[0]} needs its JDBC driver ({pattern}) in {directory}; "
+                                  "run `make jars` (jvm/pom.xml resolves it from Maven Central)")  # fmt: skip
+            return jars
+    return []
+
+
+def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The embedded confs, plus the Delta jars, with ``overrides`` applied last.
+
+    Under spark-submit (detected by ``PYSPARK_GATEWAY_PORT``) the embedded confs are only defaults:
+    a setting spark-submit was given (``--master``, ``--conf``) is kept, and Delta comes from its
+    ``--jars``/``--packages``. Elsewhere, pass ``spark.jars`` or ``spark.jars.packages`` yourself and
+    no local jar folder is needed. A PostgreSQL metastore's JDBC driver is put on the driver's
+    classpath (``spark.driver.extraClassPath``), where Hive's metastore client looks for it. A
+    ``spark.driver.extraJavaOptions`` of the user's is merged into the embedded one (Derby's home),
+    not put in its place; the class-data archive (``warehouse/cds.py``) is named in
+    ``spark.driver.defaultJavaOptions``, ahead of the user's own there.
+    """
+    confs = embedded_confs(home)
+    overrides = dict(overrides or {})
+    user_java_options = overrides.pop(JAVA_OPTIONS, None)
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if under_submit:
+        # spark-submit already launched the driver JVM with its own master, memory, options and settings.
+        for key in ("spark.master", "spark.driver.memory", JAVA_OPTIONS):
+            confs.pop(key)
+        submitted = submitted_confs()
+        confs = {k: v for k, v in confs.items() if k not in submitted}
+    elif not {"spark.jars", "spark.jars.packages"} & overrides.keys():
+        jars = delta_jars()
+        if not jars:
+            raise ConfigError(
+                f"no Delta jars in {DEFAULT_JARS_DIR}; run `make jars` (resolves {DELTA_PACKAGE} from Maven "
+                f"Central once), or pass --conf spark.jars.packages={DELTA_PACKAGE}"
+            )
+        confs["spark.jars"] = ",".join(jars)
+    confs.update(overrides)
+    if not under_submit:
+        drivers = metastore_driver_jars(confs.get(METASTORE_URL, ""))
+        if drivers:
+            path = [p for p in confs.get("spark.driver.extraClassPath", "").split(os.pathsep) if p]
+            confs["spark.driver.extraClassPath"] = os.pathsep.join(path + [j for j in drivers if j not in path])
+        # the user's driver options join the embedded one (Derby's home), last so that theirs win; the class-data
+        # archive goes in Spark's default driver options, which come before both
+        confs[JAVA_OPTIONS] = merge_java_options(confs.get(JAVA_OPTIONS), user_java_options)
+        if archive := cds.java_options(confs):
+            confs[DEFAULT_JAVA_OPTIONS] = merge_java_options(archive, confs.get(DEFAULT_JAVA_OPTIONS))
+    elif user_java_options is not None:
+        confs[JAVA_OPTIONS] = user_java_options  # spark-submit launched the driver; the value is for the record
+    return confs
+
+
+def spark_submit_args(home: Path, overrides: Mapping[str, str] | None = None) -> list[str]:
+    """The same settings as arguments for ``spark-sql``/``spark-submit`` (``--jars ... --conf k=v``)."""
+    confs = session_confs(home, overrides)
+    args: list[str] = []
+    if "spark.master" in confs:
+        args += ["--master", confs.pop("spark.master")]
+    if "spark.jars" in confs:
+        args += ["--jars", confs.pop("spark.jars")]
+    if "spark.driver.memory" in confs:
+        args += ["--driver-memory", confs.pop("spark.driver.memory")]
+    if confs.get(JAVA_OPTIONS):
+        args += ["--driver-java-options", confs.pop(JAVA_OPTIONS)]
+    for key, value in confs.items():
+        args += ["--conf", f"{key}={value}"]
+    return args
+
 
 
 @contextmanager

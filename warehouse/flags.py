@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from schemas.paths import default_home
+from warehouse.confs import parse_conf_pairs
 from warehouse.profiles import chosen_profile
-from warehouse.session import default_home, parse_conf_pairs
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

@@ -26,9 +26,9 @@ from schemas.errors import ConfigError, FeaturehouseError
 from schemas.exit import run_command
 from schemas.redact import secret_values
 from schemas.settings import METASTORE_URL
+from warehouse.confs import metastore_driver_jars, session_confs
 from warehouse.flags import add_common_arguments, common_settings
 from warehouse.processes import java
-from warehouse.session import metastore_driver_jars, session_confs
 
 #: Hive's own values for these (HiveConf), which the metastore client expects the schema to follow.
 HIVE_DATANUCLEUS = {"datanucleus.identifierFactory": "datanucleus1", "datanucleus.rdbms.useLegacyNativeValueStrategy": "true"}

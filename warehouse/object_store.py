@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 
 from schemas.errors import ConfigError
-from warehouse.session import REPO_ROOT, delta_jars
+from schemas.paths import REPO_ROOT
+from warehouse.confs import delta_jars
 
 #: Where ``make s3-jars`` puts hadoop-aws and the AWS SDK bundle (jvm/s3/pom.xml).
 DEFAULT_S3_JARS_DIR = REPO_ROOT / ".jvm" / "s3"

@@ -27,7 +27,8 @@ with spark_session(Path(sys.argv[1])) as spark:
 CHECK = """
 import sys
 from pathlib import Path
-from warehouse.session import check_metastore_free, session_confs
+from warehouse.confs import session_confs
+from warehouse.session import check_metastore_free
 home = Path(sys.argv[1])
 check_metastore_free(home, session_confs(home, dict(a.split("=", 1) for a in sys.argv[2:])))
 """
@@ -72,7 +73,7 @@ def test_a_metastore_held_by_another_jvm_is_refused_naming_the_fixes(tmp_path):
 
 
 def test_a_postgres_metastore_puts_its_jdbc_driver_on_the_driver_classpath(tmp_path):
-    from warehouse.session import session_confs
+    from warehouse.confs import session_confs
 
     url = "jdbc:postgresql://127.0.0.1:5433/featurehouse_metastore"
     confs = session_confs(tmp_path, {"spark.hadoop.javax.jdo.option.ConnectionURL": url,
@@ -87,7 +88,7 @@ def test_driver_options_merge_the_users_with_derbys_home_and_the_class_data_arch
     class-data archive is one word in spark.driver.defaultJavaOptions, named only for the classpath it was made
     for, and spark-args prints it as a --conf that passes through $(...)."""
     from warehouse import cds
-    from warehouse.session import DEFAULT_JAVA_OPTIONS, JAVA_OPTIONS, delta_jars, session_confs, spark_submit_args
+    from warehouse.confs import DEFAULT_JAVA_OPTIONS, JAVA_OPTIONS, delta_jars, session_confs, spark_submit_args
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     monkeypatch.delenv(cds.SWITCH, raising=False)
