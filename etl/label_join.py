@@ -279,7 +279,7 @@ class _Quarantined:
 def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetRegistry, landing: Landing,
                 flat: DataFrame, raw_labels: DataFrame, run_id: str, now: dt.datetime) -> _Quarantined:  # fmt: skip
     """Count the day's records and bad records, and replace the day's quarantine rows with its bad ones."""
-    ds = format_ds(config.ds)
+    ds = format_ds(config.ds)  # the string form: compared with the records' ds column, and in messages
     is_bad = ~F.col(VALID_COLUMN)
     this_day_labels = raw_labels.where(F.col("ds") == ds)
     imp_stats = flat.agg(
@@ -291,17 +291,19 @@ def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetR
     label_day = this_day_labels.agg(F.count(F.lit(1)).alias("read"), F.count_if(is_bad).alias("bad")).first()
     bad = {RecordKind.IMPRESSIONS.value: int(imp_stats["bad"]), RecordKind.LABELS.value: int(label_day["bad"])}
     empties = {kind.value: empty_files(spark, [landing.partition(kind, config.ds)]) for kind in RecordKind}
-    rows = empty_file_rows(spark, [], RecordKind.IMPRESSIONS.value, ds, run_id, now)
+    rows = empty_file_rows(spark, [], RecordKind.IMPRESSIONS.value, config.ds, run_id, now)
     problems: dict[str, int] = {}
     if any(bad.values()) or any(empties.values()):  # reasons are worked out only when there are bad records
         known_types = [label.name for label in registry.labels]
         rows = (
-            quarantine_rows(with_impression_problem(flat.where(is_bad), registry, ds), flat, RecordKind.IMPRESSIONS.value,
-                            run_id, now)
+            quarantine_rows(with_impression_problem(flat.where(is_bad), registry, config.ds), flat,
+                            RecordKind.IMPRESSIONS.value, run_id, now)
             .unionByName(quarantine_rows(with_label_problem(this_day_labels.where(is_bad), known_types), raw_labels,
                                          RecordKind.LABELS.value, run_id, now))
-            .unionByName(empty_file_rows(spark, empties[RecordKind.IMPRESSIONS.value], RecordKind.IMPRESSIONS.value, ds, run_id, now))
-            .unionByName(empty_file_rows(spark, empties[RecordKind.LABELS.value], RecordKind.LABELS.value, ds, run_id, now))
+            .unionByName(empty_file_rows(spark, empties[RecordKind.IMPRESSIONS.value], RecordKind.IMPRESSIONS.value, config.ds,
+                                         run_id, now))
+            .unionByName(empty_file_rows(spark, empties[RecordKind.LABELS.value], RecordKind.LABELS.value, config.ds, run_id,
+                                         now))
         )  # fmt: skip
         problems = {r["problem"]: r["count"] for r in rows.groupBy("problem").count().collect()}
     table = write_quarantine(spark, config.dataset, config.ds, rows, empty=not problems)
@@ -342,7 +344,7 @@ class _Plan:
     run_id: str
     registry: DatasetRegistry
     landing: Landing
-    ds: str
+    ds: dt.date
     days: tuple[dt.date, ...]  # the label partitions the windows reach
     present_days: tuple[dt.date, ...]  # those of them that exist
     window_open: bool
@@ -372,7 +374,7 @@ def _plan(spark: SparkSession, config: LabelJoinConfig, progress: Progress) -> _
     table, changes = prepare_for_write(spark, registry)
     for change in changes:
         progress(f"{config.dataset}: {change.action.value} {change.detail}")
-    return _Plan(new_run_id(), registry, landing, format_ds(config.ds), tuple(days), tuple(present_days),
+    return _Plan(new_run_id(), registry, landing, config.ds, tuple(days), tuple(present_days),
                  window_open, table, input_bytes)  # fmt: skip
 
 
@@ -400,7 +402,7 @@ def _label_counts(spark: SparkSession, config: LabelJoinConfig, plan: _Plan, row
     lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
     known_ids = rows.select("impression_id").unionByName(
         _impression_ids_before(spark, plan.landing, plan.table, lookback))
-    orphans = labels.where(F.col("ds") == plan.ds).join(known_ids, "impression_id", "left_anti").count()
+    orphans = labels.where(F.col("ds") == format_ds(plan.ds)).join(known_ids, "impression_id", "left_anti").count()
     return _LabelCounts(
         matched=int(stats["matched"] or 0),
         duplicates=int(stats["matched"] or 0) - int(stats["distinct_pairs"] or 0),
@@ -415,7 +417,7 @@ def _summary(config: LabelJoinConfig, plan: _Plan, found: _Quarantined, labels: 
     report = gate.report
     return LabelJoinSummary(
         dataset=config.dataset,
-        ds=plan.ds,
+        ds=format_ds(plan.ds),
         table=plan.table,
         run_id=plan.run_id,
         label_days=tuple(format_ds(d) for d in plan.days),
@@ -452,7 +454,7 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
     started = time.monotonic()
     say = progress or silent
     plan = _plan(spark, config, say)
-    registry, ds = plan.registry, plan.ds
+    registry, ds = plan.registry, format_ds(plan.ds)  # ds: the string form, for messages
     now = dt.datetime.now(dt.UTC)
 
     say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(plan.days[0])} .. "
@@ -467,7 +469,7 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
         say(f"{config.dataset} ds={ds}: joining labels")
         labels = raw_labels.where(F.col(VALID_COLUMN))
         impressions = dedup_impressions(flat.where(F.col(VALID_COLUMN)), rows=found.impressions_read)
-        counted = feature_rows(impressions, attribute_labels(impressions, labels, registry), registry, ds,
+        counted = feature_rows(impressions, attribute_labels(impressions, labels, registry), registry, plan.ds,
                                label_counts=True)  # fmt: skip
         with persisted(counted) as counted:  # computed once: counted, validated and written from the same blocks
             label_counts = _label_counts(spark, config, plan, counted, labels)

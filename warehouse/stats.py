@@ -1,6 +1,6 @@
 """Per-ds feature statistics: one row per feature into ``featurehouse_catalog.feature_stats``.
 
-    stats = compute_partition_stats(spark, registry, "2026-11-01")
+    stats = compute_partition_stats(spark, registry, dt.date(2026, 11, 1))
     write_partition_stats(spark, stats)      # replaces that ds's rows, in one commit
 
 Every publish computes them from the rows it wrote (:func:`published_stats`, called by
@@ -122,10 +122,11 @@ def _validate_table(table: str) -> str:
     return table
 
 
-def _table_location(spark: SparkSession, table: str, *, dataset: str, ds: str) -> str:
+def _table_location(spark: SparkSession, table: str, *, dataset: str, ds: dt.date) -> str:
     if not spark.catalog.tableExists(table):
         raise TableError(
-            f"table {table} does not exist; run `featurehouse label-join --dataset {dataset} --ds {ds}` to create it"
+            f"table {table} does not exist; run `featurehouse label-join --dataset {dataset} --ds {format_ds(ds)}` to "
+            "create it"
         )
     location, provider = table_location(spark, table)
     if provider.lower() != "delta":
@@ -241,7 +242,7 @@ def _float(value: Any) -> float | None:
 def compute_partition_stats(
     spark: SparkSession,
     registry: DatasetRegistry,
-    ds: str,
+    day: dt.date,
     *,
     table: str | None = None,
     version: int | None = None,
@@ -249,7 +250,7 @@ def compute_partition_stats(
     now: dt.datetime | None = None,
     progress: Progress | None = None,
 ) -> PartitionStats:
-    """Statistics of partition ``ds`` of the dataset's feature table, one row per stored feature.
+    """Statistics of partition ``day`` of the dataset's feature table, one row per stored feature.
 
     ``table`` defaults to ``featurehouse.<dataset>``; ``version`` to the table's
     current version (read once); ``accuracy`` is ``percentile_approx``'s; ``now``
@@ -258,13 +259,12 @@ def compute_partition_stats(
     """
     started = time.monotonic()
     say = progress or silent
-    day = parse_ds(ds)
     ds = format_ds(day)
     table = _validate_table(table or table_name(registry.dataset))
     if accuracy < 1:
         raise ConfigError(f"accuracy {accuracy} is not allowed; use a positive integer, e.g. {DEFAULT_ACCURACY}")
 
-    snapshot = open_snapshot(_table_location(spark, table, dataset=registry.dataset, ds=ds), [day], version=version)
+    snapshot = open_snapshot(_table_location(spark, table, dataset=registry.dataset, ds=day), [day], version=version)
     pinned = snapshot.version
     empty = (
         f"ds {ds} has no rows in table {table} at version {pinned}; run `featurehouse label-join "
@@ -288,7 +288,7 @@ def compute_partition_stats(
             say("counting distinct ids of the sparse features")
         distinct = _distinct_ids(data, features)
     say(f"reading the Parquet footers of {len(snapshot.files)} files")
-    return _partition_stats(registry, ds, table, snapshot, features, skipped, agg, distinct,
+    return _partition_stats(registry, day, table, snapshot, features, skipped, agg, distinct,
                             now=now, started=started)  # fmt: skip
 
 
@@ -312,16 +312,15 @@ def published_stats(
     over the same rows, the approximate ones within their error (see the module).
     """
     started = time.monotonic()
-    ds = format_ds(day)
     features, skipped = stored_features(registry, rows.schema)
     agg = aggregate_stats(rows, features, accuracy)
     distinct = _distinct_ids(rows, features)
     snapshot = open_snapshot(location, [day], version=version)
-    return _partition_stats(registry, ds, table, snapshot, features, skipped, agg, distinct,
+    return _partition_stats(registry, day, table, snapshot, features, skipped, agg, distinct,
                             now=now, started=started)  # fmt: skip
 
 
-def _partition_stats(registry: DatasetRegistry, ds: str, table: str, snapshot: Snapshot, features: Sequence[Feature],
+def _partition_stats(registry: DatasetRegistry, day: dt.date, table: str, snapshot: Snapshot, features: Sequence[Feature],
                      skipped: tuple[str, ...], agg: Mapping[str, Any], distinct: dict[int, int], *,
                      now: dt.datetime | None, started: float) -> PartitionStats:  # fmt: skip
     """One :class:`PartitionStats` from the aggregate, the distinct ids and the pinned snapshot's footers."""
@@ -332,7 +331,7 @@ def _partition_stats(registry: DatasetRegistry, ds: str, table: str, snapshot: S
         "table_version": snapshot.version,
         "rows": int(agg["rows"]),
         "computed_at": now or dt.datetime.now(dt.UTC),
-        "ds": ds,
+        "ds": format_ds(day),
     }
     rows = tuple(  # an empty partition (a forced publish of no rows) has no statistics: its rows are removed
         _feature_row(base, f, index=i, agg=agg, distinct=distinct, bytes_on_disk=sizes[f.name])
@@ -340,7 +339,7 @@ def _partition_stats(registry: DatasetRegistry, ds: str, table: str, snapshot: S
     )
     return PartitionStats(
         dataset=registry.dataset,
-        ds=ds,
+        ds=format_ds(day),
         table=table,
         table_version=snapshot.version,
         rows=base["rows"],
@@ -398,16 +397,16 @@ def _write_with_deltalake(location: str, stats: PartitionStats) -> int:
 def refresh_partition_stats(
     spark: SparkSession,
     registry: DatasetRegistry,
-    ds: str,
+    day: dt.date,
     *,
     table: str | None = None,
     version: int | None = None,
     now: dt.datetime | None = None,
     progress: Progress | None = None,
 ) -> PartitionStats:
-    """Compute the statistics of ``ds`` (at ``version``, default the latest) and write them to the catalog;
+    """Compute the statistics of ``day`` (at ``version``, default the latest) and write them to the catalog;
     ``elapsed_s`` covers both."""
     started = time.monotonic()
-    stats = compute_partition_stats(spark, registry, ds, table=table, version=version, now=now, progress=progress)
+    stats = compute_partition_stats(spark, registry, day, table=table, version=version, now=now, progress=progress)
     version = write_partition_stats(spark, stats)
     return replace(stats, catalog_version=version, elapsed_s=time.monotonic() - started)

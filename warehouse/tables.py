@@ -6,6 +6,7 @@ restated schema), written one ds at a time with an atomic replace of that ds onl
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ from pyspark.sql import functions as F
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from schemas.errors import TableError
-from schemas.names import validate_name
+from schemas.names import format_ds, validate_name
 from schemas.registry import PARTITION_COLUMN
 
 DATABASE = "featurehouse"
@@ -109,9 +110,9 @@ def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition
     )
 
 
-def replace_partition(spark: SparkSession, table: str, frame: DataFrame, ds: str) -> CommitMetrics:
+def replace_partition(spark: SparkSession, table: str, frame: DataFrame, ds: dt.date) -> CommitMetrics:
     """Atomically replace partition ``ds`` of ``table`` with ``frame`` (one Delta commit)."""
-    return overwrite_where(spark, table, frame, F.col(PARTITION_COLUMN) == F.lit(ds))
+    return overwrite_where(spark, table, frame, F.col(PARTITION_COLUMN) == F.lit(format_ds(ds)))
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from schemas.names import format_ds
 from schemas.registry import Kind
 
 NUL = 0
@@ -302,8 +303,9 @@ class PartWriter:
 
 
 @contextmanager
-def staged_partition(table: Path, ds: str) -> Iterator[PartWriter]:
+def staged_partition(table: Path, day: dt.date) -> Iterator[PartWriter]:
     """Write a ds folder in a hidden sibling, then move it into place with its _SUCCESS marker."""
+    ds = format_ds(day)
     final, staging, old = table / f"ds={ds}", table / f".ds={ds}.tmp", table / f".ds={ds}.old"
     for path in (staging, old):
         shutil.rmtree(path, ignore_errors=True)

@@ -119,10 +119,11 @@ def _fingerprint(frame: DataFrame, columns: Sequence[str], check: Column) -> Row
     ).first()
 
 
-def backfill_partition(spark: SparkSession, table: str, feature: Feature, ds: str) -> PartitionBackfill:
-    """Fill ``feature`` into partition ``ds`` of ``table`` (see the module docstring)."""
+def backfill_partition(spark: SparkSession, table: str, feature: Feature, day: dt.date) -> PartitionBackfill:
+    """Fill ``feature`` into partition ``day`` of ``table`` (see the module docstring)."""
     started = time.monotonic()
-    value = derived_column(feature, parse_ds(ds))
+    ds = format_ds(day)
+    value = derived_column(feature, day)
     version = current_version(spark, table)
 
     def at(v: int) -> DataFrame:
@@ -134,7 +135,7 @@ def backfill_partition(spark: SparkSession, table: str, feature: Feature, ds: st
     old = _fingerprint(before, others, same)
     if old["mismatched"] == 0:
         return PartitionBackfill(ds, int(old["rows"]), 0, None, time.monotonic() - started)
-    commit = replace_partition(spark, table, before.withColumn(feature.name, value), ds)
+    commit = replace_partition(spark, table, before.withColumn(feature.name, value), day)
     new = _fingerprint(at(commit.version), others, same)
     problems = []
     if new["rows"] != old["rows"]:
@@ -169,14 +170,15 @@ def run(spark: SparkSession, config: BackfillConfig, *, progress: Progress | Non
         say(f"{config.dataset}: {change.action.value} {change.detail}")
     days = tuple(format_ds(config.start + dt.timedelta(days=i)) for i in range((config.end - config.start).days + 1))
     present = sorted(
-        r.ds for r in spark.table(table).where(F.col("ds").between(days[0], days[-1])).select("ds").distinct().collect()
+        parse_ds(r.ds)
+        for r in spark.table(table).where(F.col("ds").between(days[0], days[-1])).select("ds").distinct().collect()
     )
     results = []
-    for i, ds in enumerate(present, start=1):
-        say(f"backfill {feature.name} ds={ds} ({i}/{len(present)})")
-        result = backfill_partition(spark, table, feature, ds)
+    for i, day in enumerate(present, start=1):
+        say(f"backfill {feature.name} ds={format_ds(day)} ({i}/{len(present)})")
+        result = backfill_partition(spark, table, feature, day)
         if result.version is not None:
-            stats = refresh_partition_stats(spark, registry, ds, table=table, version=result.version)
+            stats = refresh_partition_stats(spark, registry, day, table=table, version=result.version)
             result = replace(result, stats_version=stats.catalog_version, seconds=result.seconds + stats.elapsed_s)
         results.append(result)
         say(f"  {result.format()}")

@@ -73,7 +73,7 @@ def run(spark: SparkSession, config: CatalogConfig, *, progress: Progress | None
     lines = []
     for i, day in enumerate(config.days, start=1):
         say(f"catalog stats {registry.dataset} ds={format_ds(day)} ({i}/{len(config.days)})")
-        lines.append(stats.refresh_partition_stats(spark, registry, format_ds(day), progress=say).format())
+        lines.append(stats.refresh_partition_stats(spark, registry, day, progress=say).format())
     return CatalogSummary(tuple(lines))
 
 

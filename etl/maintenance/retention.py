@@ -177,8 +177,10 @@ def _vacuum(spark: SparkSession, table: str, *, apply: bool) -> int:
     return files
 
 
-def expire_table(spark: SparkSession, table: str, cutoff: str, *, apply: bool, progress: Progress) -> TableRetention:
-    """List ``table``'s partitions with ds < ``cutoff``; with ``apply``, delete them and vacuum."""
+def expire_table(spark: SparkSession, table: str, cutoff_day: dt.date, *, apply: bool, progress: Progress
+                 ) -> TableRetention:  # fmt: skip
+    """List ``table``'s partitions with ds < ``cutoff_day``; with ``apply``, delete them and vacuum."""
+    cutoff = format_ds(cutoff_day)  # compared with the ds strings of the table, and in the DELETE's text
     if not spark.catalog.tableExists(table):
         progress(f"{table}: no table")
         return TableRetention(table, exists=False)
@@ -218,7 +220,7 @@ def run(spark: SparkSession, config: RetentionConfig, *, progress: Progress | No
         say(f"{registry.dataset}: retention {registry.retention.days}d, dropping ds < {cutoff}"
             + ("" if config.apply else " (dry run)"))  # fmt: skip
         tables = tuple(
-            expire_table(spark, table, format_ds(cutoff), apply=config.apply, progress=say)
+            expire_table(spark, table, cutoff, apply=config.apply, progress=say)
             for table in (table_name(registry.dataset), quarantine_table(registry.dataset))
         )
         results.append(DatasetRetention(registry.dataset, registry.retention, cutoff, tables))

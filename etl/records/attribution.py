@@ -7,6 +7,7 @@ import datetime as dt
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from schemas.names import format_ds
 from schemas.registry import DatasetRegistry
 
 
@@ -70,7 +71,7 @@ def label_columns(attributed: DataFrame, registry: DatasetRegistry, *, counts: b
     )
 
 
-def feature_rows(impressions: DataFrame, attributed: DataFrame, registry: DatasetRegistry, ds: str, *,
+def feature_rows(impressions: DataFrame, attributed: DataFrame, registry: DatasetRegistry, ds: dt.date, *,
                  label_counts: bool = False) -> DataFrame:  # fmt: skip
     """The rows of the feature table for ``ds``: keys, labels (0/1), features, ds.
 
@@ -88,6 +89,6 @@ def feature_rows(impressions: DataFrame, attributed: DataFrame, registry: Datase
         "event_time",
         *[F.col(c).cast("int").alias(c) for c in registry.label_columns],
         *[f.name for f in registry.stored_features],
-        F.lit(ds).alias("ds"),
+        F.lit(format_ds(ds)).alias("ds"),
         *counted,
     )

@@ -9,7 +9,6 @@ from pyspark.sql import functions as F
 
 from etl.records.landing import RAW_COLUMN, ROW_ID_COLUMN
 from etl.records.quarantine import VALID_COLUMN, impression_valid
-from schemas.names import parse_ds
 from schemas.registry import DatasetRegistry
 from schemas.spark import CORRUPT_RECORD_COLUMN, FEATURE_MAPS, feature_type
 from schemas.sql_text import identifier
@@ -52,7 +51,7 @@ def unknown_feature_keys(registry: DatasetRegistry) -> Column:
     return F.concat(*parts)
 
 
-def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str | None) -> DataFrame:
+def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: dt.date | None) -> DataFrame:
     """Parsed impression records as flat rows: keys, features (derived ones computed), and what the summary counts.
 
     ``records``: :func:`etl.records.landing.read_impressions` with :func:`schemas.spark.impression_record_schema`.
@@ -61,7 +60,7 @@ def flatten_impressions(records: DataFrame, registry: DatasetRegistry, ds: str |
     kept for bad records only). ``_unknown``: logged feature names not in the registry. ``ds``: the day of
     every record (a batch job), or None: each record's own ``ds`` column (a stream, whose records span days).
     """
-    day = ROW_DS if ds is None else parse_ds(ds)
+    day = ROW_DS if ds is None else ds
     flat = records.select("*", feature_maps_json()).select(
         "impression_id",
         "user_id",

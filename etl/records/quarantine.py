@@ -131,21 +131,21 @@ def _finite(column: Column) -> Column:
     return ~F.isnan(column) & (F.abs(column) != float("inf"))
 
 
-def ds_value(ds: str | None) -> Column:
+def ds_value(ds: dt.date | None) -> Column:
     """The ds a record belongs to: ``ds`` for a job of one ds, else the record's own ``ds`` column (a stream)."""
-    return F.col("ds") if ds is None else F.lit(ds)
+    return F.col("ds") if ds is None else F.lit(format_ds(ds))
 
 
-def _in_ds_sql(ds: str | None) -> str:
+def _in_ds_sql(ds: dt.date | None) -> str:
     """SQL text: whether the record's ``event_time`` is in ``ds`` (None: in its own ``ds`` column)."""
-    return f"to_date(event_time) = CAST({'ds' if ds is None else literal(ds)} AS DATE)"
+    return f"to_date(event_time) = CAST({'ds' if ds is None else literal(format_ds(ds))} AS DATE)"
 
 
-def _in_ds(ds: str | None) -> Column:
+def _in_ds(ds: dt.date | None) -> Column:
     return F.expr(_in_ds_sql(ds))
 
 
-def impression_valid(registry: DatasetRegistry, ds: str | None) -> Column:
+def impression_valid(registry: DatasetRegistry, ds: dt.date | None) -> Column:
     """Whether an impression record of ``ds`` (None: of its own ``ds`` column) is usable.
 
     It parsed, has an ``impression_id`` and an ``event_time`` within ``ds``, and every dense
@@ -162,7 +162,7 @@ def impression_valid(registry: DatasetRegistry, ds: str | None) -> Column:
     return F.expr(f"coalesce({' AND '.join(terms)}, FALSE)")
 
 
-def with_impression_problem(bad: DataFrame, registry: DatasetRegistry, ds: str | None) -> DataFrame:
+def with_impression_problem(bad: DataFrame, registry: DatasetRegistry, ds: dt.date | None) -> DataFrame:
     """``bad`` (unusable impression records of ``ds``, None: of their ``ds`` column) with ``_problem``: why,
     as ``struct(code, reason)``.
 
@@ -173,7 +173,7 @@ def with_impression_problem(bad: DataFrame, registry: DatasetRegistry, ds: str |
                          "not a usable impression record")  # fmt: skip
 
 
-def _impression_rules(loose: Column, dense: Sequence[Feature], in_ds: Column, ds: str | None) -> list[Rule]:
+def _impression_rules(loose: Column, dense: Sequence[Feature], in_ds: Column, ds: dt.date | None) -> list[Rule]:
     rules = _common_rules(F.col(RAW_COLUMN), loose, ["impression_id", "event_time"])
     for key in ("user_id", "item_id"):
         rules.append((loose[key].isNotNull() & loose[key].try_cast("bigint").isNull(), "bad_type",
@@ -249,10 +249,10 @@ def numbered_quarantine_rows(bad: DataFrame, stream: str, run_id: str, now: dt.d
     )
 
 
-def empty_file_rows(spark: SparkSession, files: Sequence[str], stream: str, ds: str, run_id: str, now: dt.datetime
+def empty_file_rows(spark: SparkSession, files: Sequence[str], stream: str, ds: dt.date, run_id: str, now: dt.datetime
                     ) -> DataFrame:  # fmt: skip
     """One quarantine row per empty file (a logger that wrote nothing), so that it is seen."""
-    rows = [(stream, f, 0, None, "", "empty_file", "empty file", run_id, now, ds) for f in files]
+    rows = [(stream, f, 0, None, "", "empty_file", "empty file", run_id, now, format_ds(ds)) for f in files]
     return spark.createDataFrame(rows, SCHEMA)
 
 
@@ -267,5 +267,5 @@ def write_quarantine(spark: SparkSession, dataset: str, day: dt.date, rows: Data
         return table  # nothing to keep, nothing to clear (the table is created by the first bad record)
     create_if_missing(spark, table, lambda: DeltaTable.createIfNotExists(spark).tableName(table).addColumns(SCHEMA)
                       .partitionedBy("ds").execute())  # fmt: skip
-    replace_partition(spark, table, rows, format_ds(day))
+    replace_partition(spark, table, rows, day)
     return table

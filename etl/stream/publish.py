@@ -73,9 +73,9 @@ class StreamPublishSummary:
         return "\n".join(lines)
 
 
-def day_rows(staged: DataFrame, registry: DatasetRegistry, ds: str) -> DataFrame:
+def day_rows(staged: DataFrame, registry: DatasetRegistry, ds: dt.date) -> DataFrame:
     """The feature table's rows of ``ds`` from the stream's staged join output (see the module docstring)."""
-    rows = staged.where(F.col("ds") == ds)
+    rows = staged.where(F.col("ds") == format_ds(ds))
     copy = F.struct("event_time", "source_file", "split_start", "line")
     winners = rows.groupBy("impression_id").agg(F.min(copy).alias("_first")).select(
         "impression_id", *[F.col(f"_first.{c}").alias(c) for c in ("event_time", "source_file", "split_start", "line")]
@@ -100,39 +100,40 @@ def run(spark: SparkSession, config: StreamPublishConfig, *, progress: Progress 
         say(f"{config.dataset}: {change.action.value} {change.detail}")
     staged = tables.read(spark, "staging")
     through = format_ds(config.through)
-    waiting = tables.waiting_days(spark, config.through)
-    decisions = [_decide(spark, config, registry, tables, table, staged, ds, say) for ds in waiting]
+    waiting = tables.waiting_days(spark, config.through)  # the ds strings of Spark rows
+    decisions = [_decide(spark, config, registry, tables, table, staged, parse_ds(ds), say) for ds in waiting]
     return StreamPublishSummary(config.dataset, through, tuple(decisions))
 
 
 def _decide(spark: SparkSession, config: StreamPublishConfig, registry: DatasetRegistry, tables: StreamTables,
-            table: str, staged: DataFrame, ds: str, progress: Progress) -> DayDecision:  # fmt: skip
+            table: str, staged: DataFrame, day: dt.date, progress: Progress) -> DayDecision:  # fmt: skip
     run_id = new_run_id()
+    ds = format_ds(day)
     bad = tables.read(spark, "quarantine").where(F.col("ds") == ds).groupBy("stream").count().collect()
     bad_by_stream = {r["stream"]: int(r["count"]) for r in bad}
     late = tables.read(spark, "late_labels")
-    with persisted(day_rows(staged, registry, ds)) as rows:
+    with persisted(day_rows(staged, registry, day)) as rows:
         read = rows.count() + bad_by_stream.get("impressions", 0)
         bad_imps = bad_by_stream.get("impressions", 0)
         late_labels = late.join(rows.select("impression_id"), "impression_id", "left_semi").count()
         if too_many := too_many_bad(bad_imps, read, bad_fraction_limit(registry.quality), what="impression records"):
             detail = f"{too_many}; see {tables.name('quarantine')} WHERE ds = '{ds}'"
-            _record(spark, tables, ds, "refused", run_id, read - bad_imps, late_labels, None, None)
+            _record(spark, tables, day, "refused", run_id, read - bad_imps, late_labels, None, None)
             progress(f"{config.dataset} ds={ds}: refused before the gate: {detail}")
             return DayDecision(ds, False, read - bad_imps, late_labels, detail)
-        gate = audit_and_publish(spark, registry, rows, table=table, day=parse_ds(ds), run_id=run_id, home=config.home,
+        gate = audit_and_publish(spark, registry, rows, table=table, day=day, run_id=run_id, home=config.home,
                                  quarantined=(bad_imps, bad_by_stream.get("labels", 0)), progress=progress)  # fmt: skip
     decision = "published" if gate.published else "refused"
-    _record(spark, tables, ds, decision, run_id, gate.report.rows, late_labels, str(gate.report_path),
+    _record(spark, tables, day, decision, run_id, gate.report.rows, late_labels, str(gate.report_path),
             None if gate.published else gate.staged)  # fmt: skip
     detail = (f"-> {table} (Delta version {gate.commit.version})" if gate.published
               else f"rows kept in {gate.staged}, report {gate.report_path}")  # fmt: skip
     return DayDecision(ds, gate.published, gate.report.rows, late_labels, detail)
 
 
-def _record(spark: SparkSession, tables: StreamTables, ds: str, decision: str, run_id: str, rows: int,
+def _record(spark: SparkSession, tables: StreamTables, ds: dt.date, decision: str, run_id: str, rows: int,
             late_labels: int, report_path: str | None, staging_table: str | None) -> None:  # fmt: skip
-    row = (ds, decision, run_id, rows, late_labels, report_path, staging_table, dt.datetime.now(dt.UTC))
+    row = (format_ds(ds), decision, run_id, rows, late_labels, report_path, staging_table, dt.datetime.now(dt.UTC))
     tables.append(spark.createDataFrame([row], DAYS_SCHEMA), "days")
 
 

@@ -288,7 +288,8 @@ def test_the_join_writes_the_statistics_catalog_stats_recomputes(spark, request,
     assert f"statistics         4 features -> {catalog_table(FEATURE_STATS)}" in summary.format()
     stats = spark.table(catalog_table(FEATURE_STATS)).where(F.col("dataset") == summary.dataset)
     written = {r["feature"]: r.asDict() for r in stats.where(F.col("ds") == DAY1).collect()}
-    recomputed = compute_partition_stats(spark, load_dataset(summary.dataset, registry_dir), DAY1).by_feature()
+    recomputed = compute_partition_stats(spark, load_dataset(summary.dataset, registry_dir),
+                                         dt.date.fromisoformat(DAY1)).by_feature()
     assert set(written) == set(recomputed) == {"user_ctr_7d", "item_price", "user_topic_ids", "user_topic_affinity"}
     exact = ("dataset", "ds", "kind", "table_version", "rows", "non_null", "coverage", "min", "max", "bytes_on_disk")
     sums = ("mean", "stddev", "len_mean")

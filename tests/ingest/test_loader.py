@@ -75,7 +75,7 @@ def snapshot_and_registry(spark):
             f"TIMESTAMP '{ds} 00:00:00' AS event_time", "CAST(id % 2 AS INT) AS label_click",
             "CAST(id AS FLOAT) AS x", f"'{ds}' AS ds",
         ).repartition(2)  # fmt: skip
-        replace_partition(spark, name, frame, ds)
+        replace_partition(spark, name, frame, dt.date.fromisoformat(ds))
     location = spark.sql(f"DESCRIBE DETAIL {name}").first()["location"]
     return open_snapshot(location, [dt.date.fromisoformat(d) for d in DAYS]), registry
 

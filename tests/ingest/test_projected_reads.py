@@ -58,7 +58,7 @@ def table(spark):
             f"TIMESTAMP '{ds} 00:00:00' AS event_time", "CAST(id % 2 AS INT) AS label_click", *dense, *sparse,
             f"'{ds}' AS ds",
         ).repartition(1)  # fmt: skip
-        replace_partition(spark, name, frame, ds)
+        replace_partition(spark, name, frame, dt.date.fromisoformat(ds))
 
     for ds in DAYS[:2]:
         write(ds, registry)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import time
 from pathlib import Path
@@ -89,14 +90,14 @@ def test_read_gives_the_reference_tensors_and_records_its_usage(spark, spark_hom
            "CAST(id / 400.0 AS FLOAT) AS a",
            "CASE WHEN id % 5 = 0 THEN NULL ELSE sequence(id, id + id % 4) END AS s")  # fmt: skip
     frame = spark.range(300).selectExpr(f"'{DAYS[0]}' AS ds", "id").selectExpr(*day, "ds")
-    replace_partition(spark, table, frame, DAYS[0])
+    replace_partition(spark, table, frame, dt.date.fromisoformat(DAYS[0]))
     spark.sql(f"ALTER TABLE {table} ADD COLUMNS (b FLOAT)")
     registry_file(registry_dir, dataset, with_b=True)
     frame = spark.range(200).selectExpr(f"'{DAYS[1]}' AS ds", "id").selectExpr(*day, "CAST(id AS FLOAT) AS b", "ds")
-    replace_partition(spark, table, frame, DAYS[1])
+    replace_partition(spark, table, frame, dt.date.fromisoformat(DAYS[1]))
     registry = load_dataset(dataset, registry_dir)
     for ds in DAYS:
-        refresh_partition_stats(spark, registry, ds)
+        refresh_partition_stats(spark, registry, dt.date.fromisoformat(ds))
     ensure_catalog(spark)
 
     job = tmp_path / "job.yaml"

@@ -233,7 +233,8 @@ def test_a_table_without_column_mapping_is_upgraded_before_its_first_rename(spar
     ).execute()
     row = {c: None for c in registry.columns} | {"impression_id": "x", "label_click": 1, "label_conversion": 0,
                                                  "item_price": 2.5, "ds": DAYS[0]}  # fmt: skip
-    replace_partition(spark, world.table, spark.createDataFrame([row], table_schema(registry)), DAYS[0])
+    replace_partition(spark, world.table, spark.createDataFrame([row], table_schema(registry)),
+                      dt.date.fromisoformat(DAYS[0]))
     files_before = data_files(table_dir(spark, world.table))
 
     def rename(raw: dict) -> None:

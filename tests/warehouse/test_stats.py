@@ -79,7 +79,7 @@ def create_table(spark, registry: DatasetRegistry, *, column_mapping: bool) -> s
 
 def write_ds(spark, registry: DatasetRegistry, table: str, ds: str, *, n: int, seed: int) -> int:
     frame = spark.createDataFrame(make_rows(ds, n, seed), table_schema(registry)).repartition(3)
-    return replace_partition(spark, table, frame, ds).version
+    return replace_partition(spark, table, frame, dt.date.fromisoformat(ds)).version
 
 
 def feature_table(
@@ -143,7 +143,7 @@ def footer_bytes(spark, table: str, ds: str | None) -> dict[str, int]:
 
 def test_statistics_equal_a_direct_computation(spark, mapped):
     registry, table = mapped
-    stats = compute_partition_stats(spark, registry, DS1, now=NOW)
+    stats = compute_partition_stats(spark, registry, dt.date.fromisoformat(DS1), now=NOW)
     pdf = spark.table(table).where(F.col("ds") == DS1).toPandas()
     n = len(pdf)
     assert n == SIZES[DS1] == stats.rows
@@ -185,14 +185,15 @@ def test_percentile_approx_is_exact_from_accuracy_2n(spark, mapped):
     registry, table = mapped
     values = spark.table(table).where(F.col("ds") == DS2).toPandas()["item_price"].dropna().to_numpy(np.float64)
     assert len(set(values)) > 90  # few ties: a rank off would show
-    stats = compute_partition_stats(spark, registry, DS2, accuracy=2 * len(values)).by_feature()["item_price"]
+    stats = compute_partition_stats(spark, registry, dt.date.fromisoformat(DS2),
+                                    accuracy=2 * len(values)).by_feature()["item_price"]
     assert [stats[name] for name, _ in DENSE_QUANTILES] == inverted_cdf(values, [q for _, q in DENSE_QUANTILES])
 
 
 @pytest.mark.parametrize("layout", ["mapped", "plain"])
 def test_bytes_on_disk_equal_the_partition_footers(spark, shared_tables, layout):
     registry, table = shared_tables[layout]
-    stats = {ds: compute_partition_stats(spark, registry, ds) for ds in SIZES}
+    stats = {ds: compute_partition_stats(spark, registry, dt.date.fromisoformat(ds)) for ds in SIZES}
     for ds in SIZES:
         expected = footer_bytes(spark, table, ds)
         assert stats[ds].files == 3
@@ -212,16 +213,16 @@ def test_bytes_on_disk_equal_the_partition_footers(spark, shared_tables, layout)
 
 def test_a_renamed_feature_keeps_its_bytes_and_stats(spark, request):
     registry, table = feature_table(spark, dataset_name(request), partitions=(DS1,))
-    before = compute_partition_stats(spark, registry, DS1, now=NOW)
+    before = compute_partition_stats(spark, registry, dt.date.fromisoformat(DS1), now=NOW)
     spark.sql(f"ALTER TABLE {table} RENAME COLUMN user_topic_ids TO topic_ids")
     renamed = small_registry(registry.dataset, rename=("user_topic_ids", "topic_ids"))
-    after = compute_partition_stats(spark, renamed, DS1, now=NOW)
+    after = compute_partition_stats(spark, renamed, dt.date.fromisoformat(DS1), now=NOW)
     assert (after.table_version, after.skipped) == (before.table_version + 1, ())
     old, new = before.by_feature()["user_topic_ids"], after.by_feature()["topic_ids"]
     assert new == {**old, "feature": "topic_ids", "table_version": after.table_version}
     assert new["bytes_on_disk"] == footer_bytes(spark, table, DS1)["topic_ids"] > 0
     # The registry of before the rename misses the column: it is skipped, the rest unchanged.
-    stale = compute_partition_stats(spark, registry, DS1, now=NOW)
+    stale = compute_partition_stats(spark, registry, dt.date.fromisoformat(DS1), now=NOW)
     assert stale.skipped == ("user_topic_ids",)
     unchanged = {**before.by_feature()["item_price"], "table_version": after.table_version}
     assert stale.by_feature()["item_price"] == unchanged
@@ -235,17 +236,19 @@ def stats_rows(spark, dataset: str) -> dict[str, int]:
 def test_a_rewritten_ds_keeps_its_old_version_and_writing_again_replaces_its_rows(spark, own_table):
     registry, table = own_table
     features = len(registry.stored_features)
-    first = {ds: compute_partition_stats(spark, registry, ds, now=NOW) for ds in SIZES}
+    first = {ds: compute_partition_stats(spark, registry, dt.date.fromisoformat(ds), now=NOW) for ds in SIZES}
     for stats in first.values():
         write_partition_stats(spark, stats)
     assert stats_rows(spark, registry.dataset) == {DS1: features, DS2: features}
 
     write_ds(spark, registry, table, DS1, n=50, seed=7)
-    pinned = compute_partition_stats(spark, registry, DS1, version=first[DS1].table_version, now=NOW)
+    pinned = compute_partition_stats(spark, registry, dt.date.fromisoformat(DS1), version=first[DS1].table_version,
+                                     now=NOW)
     assert pinned.features == first[DS1].features  # that version's data and files, not the table's current ones
 
     later = NOW + dt.timedelta(days=1)
-    stats = refresh_partition_stats(spark, small_registry(registry.dataset, extra=True), DS1, now=later)  # both steps
+    stats = refresh_partition_stats(spark, small_registry(registry.dataset, extra=True), dt.date.fromisoformat(DS1),
+                                    now=later)  # both steps
     assert (stats.rows, stats.table_version, stats.skipped) == (50, first[DS1].table_version + 1, ("brand_new",))
     version = DeltaTable.forName(spark, catalog_table(FEATURE_STATS)).history(1).first()["version"]
     assert stats.catalog_version == version
@@ -263,11 +266,11 @@ def test_a_rewritten_ds_keeps_its_old_version_and_writing_again_replaces_its_row
 def test_an_empty_ds_or_a_missing_table_is_a_table_error(spark, mapped):
     registry, table = mapped
     with pytest.raises(TableError) as err:
-        compute_partition_stats(spark, registry, "2026-11-09")
+        compute_partition_stats(spark, registry, dt.date(2026, 11, 9))
     version = DeltaTable.forName(spark, table).history(1).first()["version"]
     assert str(err.value) == (
         f"ds 2026-11-09 has no rows in table {table} at version {version}; run `featurehouse label-join "
         f"--dataset {registry.dataset} --ds 2026-11-09` first"
     )
     with pytest.raises(TableError, match=r"^table featurehouse\.no_such_dataset does not exist; run `featurehouse "):
-        compute_partition_stats(spark, small_registry("no_such_dataset"), DS1)
+        compute_partition_stats(spark, small_registry("no_such_dataset"), dt.date.fromisoformat(DS1))
