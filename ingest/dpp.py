@@ -39,6 +39,7 @@ from typing import Any
 
 from ingest.loader import SnapshotDataset, check_plan, plan_key
 from ingest.projected_reads import IoCounter
+from schemas.config import POSITIVE_INT, satisfies
 from schemas.errors import ConfigError
 from schemas.progress import Progress, silent
 
@@ -188,7 +189,7 @@ class DppLoader:
         low, high = workers
         if not 1 <= low <= high:
             raise ConfigError(f"workers {workers}: give (MIN, MAX) with 1 <= MIN <= MAX")
-        if split_rows < 1:
+        if not satisfies(split_rows, POSITIVE_INT):
             raise ConfigError(f"split_rows {split_rows} must be >= 1 (rows of whole windows per split)")
         self.dataset, self.workers, self.epochs = dataset, (low, high), epochs
         self.split_rows, self.pin_memory = split_rows, pin_memory

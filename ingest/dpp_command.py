@@ -23,7 +23,7 @@ from ingest.dpp import REPORT_EVERY_S, DppLoader, parse_workers, ray_session
 from ingest.job_reader import open_reader
 from ingest.read_command import record, summarize
 from ingest.spec import load_spec
-from schemas.config import JobConfig
+from schemas.config import POSITIVE_INT, POSITIVE_SECONDS, JobConfig, satisfies
 from schemas.errors import ConfigError
 from schemas.exit import run_command
 from schemas.names import format_ds
@@ -42,9 +42,9 @@ class DppConfig(JobConfig):
     report_every: float = REPORT_EVERY_S
 
     def __post_init__(self) -> None:
-        if self.epochs < 1:
+        if not satisfies(self.epochs, POSITIVE_INT):
             raise ConfigError(f"--epochs {self.epochs} must be a positive number of epochs")
-        if self.report_every <= 0:
+        if not satisfies(self.report_every, POSITIVE_SECONDS):
             raise ConfigError(f"--report-every {self.report_every} must be a positive number of seconds")
 
 

@@ -42,6 +42,7 @@ from ingest.plan import (
 )
 from ingest.projected_reads import IoCounter, read_chunks, row_group_sizes
 from ingest.snapshot import Snapshot
+from schemas.config import NON_NEGATIVE_INT, POSITIVE_INT, satisfies
 from schemas.errors import ConfigError, TableError
 from schemas.registry import DatasetRegistry
 
@@ -108,7 +109,7 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
     ) -> None:
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank {rank} is not in [0, world_size {world_size}); pass the process's own rank")
-        if batch_size <= 0 or shuffle_buffer < 0:
+        if not (satisfies(batch_size, POSITIVE_INT) and satisfies(shuffle_buffer, NON_NEGATIVE_INT)):
             raise ConfigError(f"batch_size {batch_size} must be > 0 and shuffle_buffer {shuffle_buffer} >= 0")
         super().__init__()
         self.snapshot, self.registry, self.columns = snapshot, registry, tuple(columns)
@@ -348,7 +349,7 @@ class ResumableLoader:
 
     def __init__(self, dataset: SnapshotDataset, *, num_workers: int = 0, prefetch: int = PREFETCH,
                  epochs: int | None = None, **loader_args: Any) -> None:  # fmt: skip
-        if prefetch < 0:
+        if not satisfies(prefetch, NON_NEGATIVE_INT):
             raise ConfigError(f"prefetch {prefetch} must be >= 0 (batches made ahead; 0 makes them when asked)")
         self.dataset, self.num_workers, self.loader_args = dataset, num_workers, loader_args
         self.prefetch = prefetch if num_workers == 0 else 0  # worker processes make batches ahead already

@@ -22,7 +22,7 @@ from ingest.loader import ResumableLoader, SnapshotDataset
 from ingest.spec import load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
-from schemas.config import JobConfig
+from schemas.config import NON_NEGATIVE_INT, POSITIVE_INT, JobConfig, satisfies
 from schemas.errors import ConfigError
 from schemas.exit import run_command
 from schemas.names import format_ds
@@ -39,9 +39,9 @@ class ReadConfig(JobConfig):
     workers: int = 0
 
     def __post_init__(self) -> None:
-        if self.limit is not None and self.limit <= 0:
+        if not satisfies(self.limit, POSITIVE_INT, optional=True):
             raise ConfigError(f"--limit {self.limit} must be a positive number of batches")
-        if self.workers < 0:
+        if not satisfies(self.workers, NON_NEGATIVE_INT):
             raise ConfigError(f"--workers {self.workers} must be 0 (read in this process) or more")
 
 

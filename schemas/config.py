@@ -3,17 +3,47 @@
 Each job's config is a frozen dataclass that extends one of these and is validated once, on
 construction. Every field is keyword-only here, so a job's own fields read in any order. What can be
 refused from the files alone (an unknown dataset, a missing landing partition) is refused by
-``check_inputs``, which the command runs before it starts a JVM.
+``check_inputs``, which the command runs before it starts a JVM. A number's allowed range is a pydantic
+constrained type (:data:`POSITIVE_INT` and its kin), tested with :func:`satisfies`; each config words its
+own message, since the fix it names differs (``--limit``: "pass --all"; ``--rate``: "leave it out").
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
 
+from pydantic import Field, Strict, TypeAdapter, ValidationError
+
+from schemas.errors import ConfigError
 from schemas.names import validate_name
+from schemas.paths import landing_location
 from schemas.registry import DatasetRegistry, load_dataset
+
+#: A whole number of at least 1 (a bool is not one, nor is 2.0 or "2").
+POSITIVE_INT = TypeAdapter(Annotated[int, Strict(), Field(ge=1)])
+#: A whole number of at least 0.
+NON_NEGATIVE_INT = TypeAdapter(Annotated[int, Strict(), Field(ge=0)])
+#: A finite number above 0 (an int is one; a bool is not).
+POSITIVE_NUMBER = TypeAdapter(Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)])
+#: A number of seconds above 0; infinity is allowed (never, e.g. a report only at the end).
+POSITIVE_SECONDS = TypeAdapter(Annotated[float, Strict(), Field(gt=0)])
+#: A share between 0 and 0.5, both allowed (the generator's duplicate and orphan rates).
+HALF_FRACTION = TypeAdapter(Annotated[float, Strict(), Field(ge=0, le=0.5)])
+
+
+def satisfies(value: Any, rule: TypeAdapter, *, optional: bool = False) -> bool:
+    """Whether ``value`` is allowed by ``rule`` (one of the constrained types above); ``optional``: None is too."""
+    if optional and value is None:
+        return True
+    try:
+        rule.validate_python(value)
+    except ValidationError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,3 +81,29 @@ class DatasetJobConfig(SparkJobConfig):
     def check_inputs(self) -> None:
         """The dataset has a registry, and it is valid."""
         self.registry()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LandingDaysConfig:
+    """``days`` consecutive days of the landing zone under ``home`` from ``start``, of one dataset: what the
+    generator writes (``featurehouse generate``) and the producer sends to Kafka (``featurehouse produce``)."""
+
+    home: Path
+    dataset: str
+    start: dt.date
+    days: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "home", Path(self.home))
+        validate_name("dataset", self.dataset)
+        if not satisfies(self.days, POSITIVE_INT):
+            raise ConfigError(f"--days must be a positive whole number, got {self.days!r}")
+
+    @property
+    def landing(self) -> Path:
+        return Path(landing_location(self.home))
+
+    @property
+    def dates(self) -> list[dt.date]:
+        """The days, in order."""
+        return [self.start + dt.timedelta(days=i) for i in range(self.days)]

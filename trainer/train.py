@@ -42,7 +42,7 @@ from ingest.projected_reads import IoCounter
 from ingest.spec import JobSpec, load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
-from schemas.config import JobConfig
+from schemas.config import NON_NEGATIVE_INT, POSITIVE_INT, JobConfig, satisfies
 from schemas.errors import ConfigError
 from schemas.exit import run_command
 from schemas.names import format_ds
@@ -71,11 +71,11 @@ class TrainConfig(JobConfig):
     dpp_workers: tuple[int, int] = (1, 2)
 
     def __post_init__(self) -> None:
-        if self.workers < 0:
+        if not satisfies(self.workers, NON_NEGATIVE_INT):
             raise ConfigError(f"--workers {self.workers} must be 0 (read in this process) or more")
-        if self.prefetch < 0:
+        if not satisfies(self.prefetch, NON_NEGATIVE_INT):
             raise ConfigError(f"--prefetch {self.prefetch} must be 0 (make batches in the training thread) or more")
-        if self.max_steps is not None and self.max_steps <= 0:
+        if not satisfies(self.max_steps, POSITIVE_INT, optional=True):
             raise ConfigError(f"--max-steps {self.max_steps} must be a positive number of steps")
         if self.dpp and self.workers:
             raise ConfigError(f"--dpp with --workers {self.workers}: the service's workers do the reading; "

@@ -36,7 +36,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from tabulate import tabulate
 
-from schemas.config import SparkJobConfig
+from schemas.config import POSITIVE_INT, SparkJobConfig, satisfies
 from schemas.delta_arrow import column_mapping_message
 from schemas.settings import COLUMN_MAPPING_MODE
 from schemas.errors import ConfigError, FeaturehouseError
@@ -64,7 +64,7 @@ class SqlConfig(SparkJobConfig):
     def __post_init__(self) -> None:
         if not self.statement.strip():
             raise ConfigError("the SQL statement is empty; pass one, e.g. featurehouse sql \"SHOW TABLES IN featurehouse\"")
-        if self.limit is not None and (isinstance(self.limit, bool) or self.limit <= 0):
+        if not satisfies(self.limit, POSITIVE_INT, optional=True):
             raise ConfigError(f"--limit {self.limit} must be a positive number of rows; pass --all for every row")
 
 

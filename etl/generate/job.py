@@ -36,7 +36,8 @@ from tabulate import tabulate
 from etl.generate import features as gf
 from etl.generate import jsonl as gj
 from etl.generate import world as gw
-from schemas.paths import default_home, landing_location
+from schemas.paths import default_home
+from schemas.config import HALF_FRACTION, NON_NEGATIVE_INT, POSITIVE_INT, LandingDaysConfig, satisfies
 from schemas.errors import ConfigError
 from schemas.exit import run_command
 from schemas.names import format_ds, parse_ds
@@ -47,11 +48,10 @@ CHUNK_ROWS = 4096  # rows rendered at a time (bounds memory)
 _EPOCH = dt.date(1970, 1, 1)
 
 
-@dataclass(frozen=True)
-class GenerateConfig:
+@dataclass(frozen=True, kw_only=True)
+class GenerateConfig(LandingDaysConfig):
     """What to generate and where; validated on construction."""
 
-    home: Path
     dataset: str = "ads"
     registry_dir: Path | None = None
     start: dt.date = dt.date(2026, 11, 1)
@@ -64,26 +64,21 @@ class GenerateConfig:
     orphan_rate: float = 0.005
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "home", Path(self.home))
+        for name in ("days", "impressions_per_day", "users", "items", "seed"):  # a numpy int is a whole number too
+            if isinstance(getattr(self, name), np.integer):
+                object.__setattr__(self, name, int(getattr(self, name)))
+        super().__post_init__()
         if self.registry_dir is not None:
             object.__setattr__(self, "registry_dir", Path(self.registry_dir))
-        for flag, value in (("days", self.days), ("impressions-per-day", self.impressions_per_day),
-                            ("users", self.users), ("items", self.items)):  # fmt: skip
-            if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
+        for flag, value in (("impressions-per-day", self.impressions_per_day), ("users", self.users),
+                            ("items", self.items)):  # fmt: skip
+            if not satisfies(value, POSITIVE_INT):
                 raise ConfigError(f"--{flag} must be a positive whole number, got {value!r}")
-        if not isinstance(self.seed, int | np.integer) or self.seed < 0:
+        if not satisfies(self.seed, NON_NEGATIVE_INT):
             raise ConfigError(f"--seed must be a whole number >= 0, got {self.seed!r}")
         for flag, rate in (("duplicate-rate", self.duplicate_rate), ("orphan-rate", self.orphan_rate)):
-            if not isinstance(rate, int | float) or not 0.0 <= rate <= 0.5:
+            if not satisfies(rate, HALF_FRACTION):
                 raise ConfigError(f"--{flag} must be a fraction between 0 and 0.5, got {rate!r}")
-
-    @property
-    def landing(self) -> Path:
-        return Path(landing_location(self.home))
-
-    @property
-    def impression_days(self) -> list[dt.date]:
-        return [self.start + dt.timedelta(days=i) for i in range(self.days)]
 
 
 @dataclass(frozen=True)
@@ -261,7 +256,7 @@ class _Plan:
 
     @staticmethod
     def of(config: GenerateConfig, registry: DatasetRegistry) -> _Plan:
-        midnight = dt.datetime.combine(config.impression_days[-1] + dt.timedelta(days=1), dt.time())
+        midnight = dt.datetime.combine(config.dates[-1] + dt.timedelta(days=1), dt.time())
         last = (midnight + registry.max_window - dt.timedelta(microseconds=1)).date()
         names = [label.name for label in registry.labels]
         return _Plan(
@@ -305,7 +300,7 @@ def _orphans(labels: gw.Labels, config: GenerateConfig, end_ms: int, rng: np.ran
     n = round(config.orphan_rate * labels.label.size)
     day = np.sort(rng.integers(0, config.days, n))
     rank = np.arange(n) - np.searchsorted(day, day)  # position among the orphans of the same day
-    dates = np.array([_yyyymmdd(d) for d in config.impression_days], np.int64)
+    dates = np.array([_yyyymmdd(d) for d in config.dates], np.int64)
     times = _ms(config.start) + day * gj.MS_PER_DAY + rng.integers(0, gj.MS_PER_DAY, n)
     times = np.minimum(times + rng.exponential(60_000, n).astype(np.int64), end_ms - 1)
     types = rng.choice(labels.label, n) if labels.label.size else np.zeros(n, np.int64)
@@ -337,7 +332,7 @@ def _write_labels(landing: Path, plan: _Plan, lab: gw.Labels, copy: np.ndarray) 
         plan.end_ms // gj.MS_PER_DAY])  # fmt: skip
     days = []
     for day, lo, hi in zip(plan.label_days, bounds[:-1], bounds[1:], strict=True):
-        with gj.staged_partition(landing / "labels", format_ds(day)) as writer:
+        with gj.staged_partition(landing / "labels", day) as writer:
             for a in range(lo, hi, CHUNK_ROWS):
                 b = min(a + CHUNK_ROWS, hi)
                 ids = gj.impression_ids(lab.yyyymmdd[a:b], lab.counter[a:b], plan.id_width)
@@ -358,11 +353,11 @@ def run(config: GenerateConfig, *, progress: Progress | None = None) -> Generate
     plan = _Plan.of(config, registry)
     world = gw.build_world(users=config.users, items=config.items, seed=config.seed)
     impression_days, drawn = [], []
-    for i, day in enumerate(config.impression_days, start=1):
+    for i, day in enumerate(config.dates, start=1):
         t0 = time.perf_counter()
         imp = gw.draw_impressions(world, day, config.impressions_per_day)
         dup = np.random.default_rng([config.seed, 5, day.toordinal()]).random(imp.n) < config.duplicate_rate
-        with gj.staged_partition(config.landing / "impressions", format_ds(day)) as writer:
+        with gj.staged_partition(config.landing / "impressions", day) as writer:
             features = gf.plan_features(registry, config.seed, day)
             _write_impressions(writer, imp, gf.feature_columns(world, imp, features), dup, plan.id_width)
         drawn.append(gw.draw_labels(world, imp, plan.windows_ms.tolist()))
@@ -379,7 +374,7 @@ def run(config: GenerateConfig, *, progress: Progress | None = None) -> Generate
         f"{lab.label.size:,} lines, {time.perf_counter() - t0:.1f}s")  # fmt: skip
     first = ~copy & (lab.impression_ms >= 0)  # written, not a copy, not an orphan: one per impression and type
     for k, day in enumerate(impression_days):
-        mine = first & (lab.yyyymmdd == _yyyymmdd(config.impression_days[k]))
+        mine = first & (lab.yyyymmdd == _yyyymmdd(config.dates[k]))
         clicks, conversions = int((mine & (lab.label == 0)).sum()), int((mine & (lab.label > 0)).sum())
         impression_days[k] = replace(day, clicks=clicks, conversions=conversions)
     elapsed = time.perf_counter() - began

@@ -27,10 +27,11 @@ from tabulate import tabulate
 
 from etl.kafka.admin import BrokerError, answers, create_topics
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
+from schemas.config import POSITIVE_NUMBER, LandingDaysConfig, satisfies
 from schemas.errors import ConfigError, LandingError
 from schemas.exit import run_command
-from schemas.names import format_ds, parse_ds, validate_name
-from schemas.paths import default_home, landing_location
+from schemas.names import format_ds, parse_ds
+from schemas.paths import default_home
 from schemas.progress import Progress, silent
 
 KINDS = ("impressions", "labels")  # the landing record kinds, per hour, in this order
@@ -40,38 +41,23 @@ CONNECT_TIMEOUT_S = 10.0
 FLUSH_TIMEOUT_S = 60.0
 
 
-@dataclass(frozen=True)
-class ProduceConfig:
+@dataclass(frozen=True, kw_only=True)
+class ProduceConfig(LandingDaysConfig):
     """What to publish and where; validated on construction."""
 
-    home: Path
-    dataset: str
-    start: dt.date
     bootstrap: str
-    days: int = 1
     rate: float | None = None  # lines per second over both topics; None: as fast as possible
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "home", Path(self.home))
-        validate_name("dataset", self.dataset)
-        if not isinstance(self.days, int) or isinstance(self.days, bool) or self.days < 1:
-            raise ConfigError(f"--days must be a positive whole number, got {self.days!r}")
+        super().__post_init__()
         if not isinstance(self.bootstrap, str) or not BOOTSTRAP.fullmatch(self.bootstrap):
             raise ConfigError(f"--bootstrap {self.bootstrap!r} is not HOST:PORT[,HOST:PORT...], "
                               "e.g. --bootstrap 127.0.0.1:9092")  # fmt: skip
-        if self.rate is not None and not (isinstance(self.rate, int | float) and 0 < self.rate < float("inf")):
+        if not satisfies(self.rate, POSITIVE_NUMBER, optional=True):
             raise ConfigError(f"--rate must be a positive number of lines per second, got {self.rate!r}; "
                               "leave it out to send as fast as possible")  # fmt: skip
         check_topic_prefix(self.topic_prefix)
-
-    @property
-    def landing(self) -> Path:
-        return Path(landing_location(self.home))
-
-    @property
-    def days_to_send(self) -> list[dt.date]:
-        return [self.start + dt.timedelta(days=i) for i in range(self.days)]
 
     def topic(self, kind: str) -> str:
         return topic_name(self.topic_prefix, self.dataset, kind)
@@ -100,7 +86,7 @@ class ProduceSummary:
 
     def format(self) -> str:
         """A short report for people."""
-        c, days = self.config, self.config.days_to_send
+        c, days = self.config, self.config.dates
         span = format_ds(days[0]) + (f"..{format_ds(days[-1])} ({len(days)} days)" if len(days) > 1 else "")
         cap = f", --rate {c.rate:g}" if c.rate else ""
         rows = [(t.topic, f"{t.lines:,} lines", f"{t.bytes / 1e6:,.1f} MB") for t in self.topics]
@@ -177,7 +163,7 @@ def _partitions(config: ProduceConfig) -> dict[tuple[dt.date, str], Path]:
     """Every (day, kind) partition folder to send. A day may lack one kind (the label partitions go on past
     the last impression day); a day with neither is a LandingError, raised before sending."""
     folders = {}
-    for day in config.days_to_send:
+    for day in config.dates:
         found = {kind: config.landing / kind / f"ds={format_ds(day)}" for kind in KINDS}
         found = {kind: folder for kind, folder in found.items() if folder.is_dir()}
         if not found:
@@ -211,7 +197,7 @@ def run(config: ProduceConfig, *, progress: Progress | None = None) -> ProduceSu
     counts = {kind: TopicCount(config.topic(kind)) for kind in KINDS}
     create_topics(config.bootstrap, [count.topic for count in counts.values()])
     sender = _Sender(config.bootstrap, config.rate)
-    for day in config.days_to_send:
+    for day in config.dates:
         t0, before = time.perf_counter(), sender.sent
         for hour, kind in ((hour, kind) for hour in HOURS for kind in KINDS):
             count = counts[kind]

@@ -53,7 +53,7 @@ from etl.stream.tables import (
 )
 from etl.stream.writer import BatchCounts, BatchWriter
 from schemas.paths import landing_location
-from schemas.config import DatasetJobConfig
+from schemas.config import POSITIVE_INT, DatasetJobConfig, satisfies
 from schemas.errors import (
     EXIT_REFUSED,
     ConfigError,
@@ -110,7 +110,7 @@ class StreamConfig(DatasetJobConfig):
         if self.source is Source.FILES and self.bootstrap:
             raise ConfigError("--bootstrap is for --source kafka; the file source reads --landing")
         for flag, value in (("max-files-per-trigger", self.max_files), ("max-offsets-per-trigger", self.max_offsets)):
-            if value is not None and value < 1:
+            if not satisfies(value, POSITIVE_INT, optional=True):
                 raise ConfigError(f"--{flag} must be a positive whole number, got {value}")
 
     @property
