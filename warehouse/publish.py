@@ -89,7 +89,7 @@ def stage(spark: SparkSession, rows: DataFrame, table: str) -> None:
     rows.writeTo(table).using("delta").create()
 
 
-def publish(spark: SparkSession, table: str, rows: DataFrame, ds: str, *, source: str) -> CommitMetrics:
+def publish(spark: SparkSession, table: str, rows: DataFrame, ds: dt.date, *, source: str) -> CommitMetrics:
     """Replace partition ``ds`` of ``table`` with ``rows`` in one Delta commit.
 
     A conflict with a concurrent writer of the same table (Delta's optimistic concurrency)
@@ -101,9 +101,9 @@ def publish(spark: SparkSession, table: str, rows: DataFrame, ds: str, *, source
         return retry_conflicts(lambda: replace_partition(spark, table, rows, ds), attempts=ATTEMPTS)
     except CONFLICTS as err:
         raise TableError(
-            f"publishing ds {ds} into {table} lost to concurrent writers {ATTEMPTS} times ({first_line(err)}); "
-            f"nothing was published by this run: rerun it when the other writers are done (a refused run's "
-            f"rows stay in {source} for `featurehouse publish`)"
+            f"publishing ds {format_ds(ds)} into {table} lost to concurrent writers {ATTEMPTS} times "
+            f"({first_line(err)}); nothing was published by this run: rerun it when the other writers are done "
+            f"(a refused run's rows stay in {source} for `featurehouse publish`)"
         ) from err
 
 
@@ -180,7 +180,7 @@ class Override:
 def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: DataFrame, *, table: str, day: dt.date,
                       run_id: str, home: Path, quarantined: tuple[int | None, int | None] = (None, None),
                       staged: str | None = None, override: Override | None = None, stats: bool = True,
-                      progress: Progress = silent) -> GateOutcome:  # fmt: skip
+                      judged: QualityReport | None = None, progress: Progress = silent) -> GateOutcome:  # fmt: skip
     """The gate on one partition's ``rows``: validate them against the trailing history of ``table``, write
     the report, publish them if they passed, record the decision.
 
@@ -191,20 +191,25 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
     dropped once published, after the record. Otherwise a refused partition is written to the
     run's staging table, and a published one never is. ``override``: publish without validating.
     ``quarantined``: the run's bad (impression, label) records, for the record; None where not counted.
+    ``judged``: the rows' report, judged already with the history the days before them left
+    (:func:`warehouse.quality.judge`, from a metrics pass over several days): it is not validated again.
     ``stats``: once published, compute the partition's catalog statistics from ``rows`` (two more passes
     over them) and write them; see the module docstring.
     """
     ds = format_ds(day)
+    if judged is not None and judged.ds != ds:
+        raise ValueError(f"the report judged ds {judged.ds}, not {ds}")
     staging = staged or staging_table(registry.dataset, day, run_id)
     report = report_path = None
     if override is None:
-        progress(f"{registry.dataset} ds={ds}: validating the partition (quality gate)")
-        report = validate(rows, registry, day, trailing_history(spark, table, registry, day))
+        if judged is None:
+            progress(f"{registry.dataset} ds={ds}: validating the partition (quality gate)")
+        report = judged or validate(rows, registry, day, trailing_history(spark, table, registry, day))
         report_path = write_report(home, report, run_id)
     commit = None
     if override is not None or report.success:
         progress(f"{registry.dataset} ds={ds}: publishing into {table}")
-        commit = publish(spark, table, rows, ds, source=staging)
+        commit = publish(spark, table, rows, day, source=staging)
     elif staged is None:
         progress(f"{registry.dataset} ds={ds}: refused; keeping the rows in {staging}")
         stage(spark, rows, staging)

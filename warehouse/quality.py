@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,28 +51,49 @@ class History:
     rates: dict[str, float] = field(default_factory=dict)  # label column -> rate
 
 
-def trailing_history(spark: SparkSession, table: str, registry: DatasetRegistry, ds: dt.date) -> History:
-    """Row counts and label rates of ``table``'s partitions in the ``history_days`` before ``ds`` (labels only read)."""
+@dataclass(frozen=True)
+class DayCounts:
+    """One partition's row count and each label's mean (its positive rate): what a history is made of."""
+
+    rows: int
+    rates: dict[str, float | None]  # label column -> mean; None: no non-null label
+
+
+def published_days(spark: SparkSession, table: str, registry: DatasetRegistry, start: dt.date,
+                   end: dt.date) -> dict[str, DayCounts]:  # fmt: skip
+    """The :class:`DayCounts` of ``table``'s partitions with ``start <= ds < end`` (labels only read; one Spark job)."""
     if not spark.catalog.tableExists(table):
-        return History()
-    start = ds - dt.timedelta(days=registry.quality.history_days)
+        return {}
     from pyspark.sql import functions as F
 
     columns = [label.column for label in registry.labels]
     rows = (
         spark.table(table)
-        .where((F.col("ds") >= format_ds(start)) & (F.col("ds") < format_ds(ds)))
+        .where((F.col("ds") >= format_ds(start)) & (F.col("ds") < format_ds(end)))
         .groupBy("ds")
         .agg(F.count(F.lit(1)).alias("rows"), *(F.avg(c).alias(c) for c in columns))
         .collect()
     )
-    if not rows:
+    return {r["ds"]: DayCounts(int(r["rows"]), {c: r[c] for c in columns}) for r in rows}
+
+
+def history_before(days: Mapping[str, DayCounts], registry: DatasetRegistry, ds: dt.date) -> History:
+    """The :class:`History` of ``ds`` from ``days``: those of the ``history_days`` before it, in ds order."""
+    start, end = format_ds(ds - dt.timedelta(days=registry.quality.history_days)), format_ds(ds)
+    window = [days[d] for d in sorted(days) if start <= d < end]
+    if not window:
         return History()
     return History(
-        days=tuple(sorted(r["ds"] for r in rows)),
-        rows=sum(r["rows"] for r in rows) / len(rows),
-        rates={c: sum(float(r[c] or 0.0) for r in rows) / len(rows) for c in columns},
+        days=tuple(d for d in sorted(days) if start <= d < end),
+        rows=sum(day.rows for day in window) / len(window),
+        rates={c: sum(float(day.rates.get(c) or 0.0) for day in window) / len(window) for c in registry.label_columns},
     )
+
+
+def trailing_history(spark: SparkSession, table: str, registry: DatasetRegistry, ds: dt.date) -> History:
+    """Row counts and label rates of ``table``'s partitions in the ``history_days`` before ``ds`` (labels only read)."""
+    start = ds - dt.timedelta(days=registry.quality.history_days)
+    return history_before(published_days(spark, table, registry, start, ds), registry, ds)
 
 
 def _between(mean: float, tolerance: float) -> tuple[float, float]:
@@ -232,17 +254,17 @@ def _metric_key(metric: str, column: str | None, value_kwargs: dict[str, Any]) -
                       default=str)  # fmt: skip
 
 
-def _judge(frame: DataFrame, suite: list[Any], extra: dict[str, str]) -> tuple[list[tuple[Any, bool]], dict[str, Any]]:
-    """Each expectation of ``suite`` with Great Expectations' verdict on ``frame``, from one pass over it.
+@dataclass(frozen=True)
+class _Plan:
+    """What a suite's verdicts need: each expectation's metric keys, the aggregates (SQL text) that compute them,
+    and the columns whose key uniqueness is counted."""
 
-    Every metric the expectations depend on (row count, null counts, counts outside a set or a
-    range, means, maxima) is one aggregate of a single Spark job; key uniqueness is a second, small
-    job over the key column alone. Each expectation then judges its metrics with its own
-    ``_validate`` (mostly, strict bounds, vacuous truth: Great Expectations' rules, not ours).
-    ``extra``: more aggregates for the caller (SQL text), computed in the same job; their values are returned.
-    """
-    from pyspark.sql import functions as F
+    needs: list[tuple[Any, dict[str, str]]]
+    aggregates: dict[str, str]
+    unique_columns: set[str]
 
+
+def _plan(suite: list[Any]) -> _Plan:
     needs: list[tuple[Any, dict[str, str]]] = []
     aggregates: dict[str, str] = {}
     unique_columns: set[str] = set()
@@ -264,22 +286,97 @@ def _judge(frame: DataFrame, suite: list[Any], extra: dict[str, str]) -> tuple[l
                                               "one-pass aggregate in warehouse/quality.py; add one")  # fmt: skip
                 aggregates[key] = aggregate
         needs.append((expectation, keys))
-    names = list(aggregates)
-    row = frame.agg(*[F.expr(f"{aggregates[k]} AS m{i}") for i, k in enumerate(names)],
-                    *[F.expr(f"{text} AS x{i}") for i, text in enumerate(extra.values())]).first()  # fmt: skip
-    values: dict[str, Any] = {k: row[f"m{i}"] for i, k in enumerate(names)}
-    extras = {name: row[f"x{i}"] for i, name in enumerate(extra)}
-    for column in sorted(unique_columns):
-        repeated = (frame.where(F.col(column).isNotNull()).groupBy(column).count().where(F.col("count") > 1)
-                    .agg(F.coalesce(F.sum("count"), F.lit(0)).alias("n")).first())  # fmt: skip
-        values[_metric_key(_UNIQUE, column, {})] = int(repeated["n"])
+    return _Plan(needs, aggregates, unique_columns)
+
+
+def _verdicts(plan: _Plan, values: Mapping[str, Any]) -> list[tuple[Any, bool]]:
+    """Each expectation of the plan with Great Expectations' own verdict on the metric ``values``."""
     verdicts = []
-    for expectation, keys in needs:
+    for expectation, keys in plan.needs:
         outcome = expectation._validate(metrics={name: values[key] for name, key in keys.items()},
                                         runtime_configuration=_BOOLEAN_ONLY)  # fmt: skip
         success = outcome["success"] if isinstance(outcome, dict) else outcome.success
         verdicts.append((expectation, bool(success)))
-    return verdicts, extras
+    return verdicts
+
+
+def _judge(frame: DataFrame, suite: list[Any], extra: dict[str, str]) -> tuple[list[tuple[Any, bool]], dict[str, Any]]:
+    """Each expectation of ``suite`` with Great Expectations' verdict on ``frame``, from one pass over it.
+
+    Every metric the expectations depend on (row count, null counts, counts outside a set or a
+    range, means, maxima) is one aggregate of a single Spark job; key uniqueness is a second, small
+    job over the key column alone. Each expectation then judges its metrics with its own
+    ``_validate`` (mostly, strict bounds, vacuous truth: Great Expectations' rules, not ours).
+    ``extra``: more aggregates for the caller (SQL text), computed in the same job; their values are returned.
+    """
+    from pyspark.sql import functions as F
+
+    plan = _plan(suite)
+    names = list(plan.aggregates)
+    row = frame.agg(*[F.expr(f"{plan.aggregates[k]} AS m{i}") for i, k in enumerate(names)],
+                    *[F.expr(f"{text} AS x{i}") for i, text in enumerate(extra.values())]).first()  # fmt: skip
+    values: dict[str, Any] = {k: row[f"m{i}"] for i, k in enumerate(names)}
+    extras = {name: row[f"x{i}"] for i, name in enumerate(extra)}
+    for column in sorted(plan.unique_columns):
+        repeated = (frame.where(F.col(column).isNotNull()).groupBy(column).count().where(F.col("count") > 1)
+                    .agg(F.coalesce(F.sum("count"), F.lit(0)).alias("n")).first())  # fmt: skip
+        values[_metric_key(_UNIQUE, column, {})] = int(repeated["n"])
+    return _verdicts(plan, values), extras
+
+
+@dataclass(frozen=True)
+class DayMetrics:
+    """Every metric any suite of one ds can need (metric key -> value), and the report's counts (rows, label sums)."""
+
+    values: dict[str, Any]
+    counts: dict[str, Any]
+
+    def day_counts(self, registry: DatasetRegistry) -> DayCounts:
+        """What the partition adds to the history of the days after it, once published (as the table would say)."""
+        return DayCounts(int(self.counts["rows"]),
+                         {c: self.values[_metric_key("column.mean", c, {})] for c in registry.label_columns})  # fmt: skip
+
+
+def _counts(registry: DatasetRegistry) -> dict[str, str]:
+    """The report's counts as aggregates (SQL text): the rows and each label's positives."""
+    return {"rows": "count(1)", **{c: f"coalesce(sum({identifier(c)}), 0)" for c in registry.label_columns}}
+
+
+def metrics_by_day(frame: DataFrame, registry: DatasetRegistry, days: Sequence[dt.date]) -> dict[str, DayMetrics]:
+    """The metrics of the partitions ``days`` of ``frame`` (rows of several ds, persisted), in one pass for them all.
+
+    One aggregate grouped by ``ds`` computes every metric that a suite of any of ``days`` can need,
+    whatever its history (the suites differ by history only in their bounds, and by ds in which features
+    are filled), plus one job for key uniqueness. :func:`judge` then judges each ds from its metrics with
+    the history the days before it leave, as :func:`validate` would on that ds's rows alone.
+    """
+    from pyspark.sql import functions as F
+
+    # a history under which every conditional expectation is in the suite (rate bounds need enough expected positives)
+    rated = History(days=("",), rows=float(2**62), rates={c: 0.5 for c in registry.label_columns})
+    aggregates: dict[str, str] = {}
+    unique_columns: set[str] = set()
+    for day in days:
+        plan = _plan(expectations(registry, day, rated))
+        aggregates.update(plan.aggregates)
+        unique_columns |= plan.unique_columns
+    names, counts = list(aggregates), _counts(registry)
+    grouped = frame.groupBy("ds").agg(*[F.expr(f"{aggregates[k]} AS m{i}") for i, k in enumerate(names)],
+                                      *[F.expr(f"{text} AS x{i}") for i, text in enumerate(counts.values())])  # fmt: skip
+    out = {
+        r["ds"]: DayMetrics({k: r[f"m{i}"] for i, k in enumerate(names)}, {n: r[f"x{i}"] for i, n in enumerate(counts)})
+        for r in grouped.collect()
+    }
+    for column in sorted(unique_columns):
+        repeated = (frame.where(F.col(column).isNotNull()).groupBy("ds", column).count().where(F.col("count") > 1)
+                    .groupBy("ds").agg(F.sum("count").alias("n")).collect())  # fmt: skip
+        found = {r["ds"]: int(r["n"]) for r in repeated}
+        for ds, metrics in out.items():
+            metrics.values[_metric_key(_UNIQUE, column, {})] = found.get(ds, 0)
+    missing = sorted(set(map(format_ds, days)) - out.keys())
+    if missing:
+        raise ValueError(f"no rows of ds {', '.join(missing)} to judge; judge only days with rows")
+    return out
 
 
 def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: History) -> QualityReport:
@@ -290,14 +387,28 @@ def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: 
     failed expectations itself with ``SUMMARY`` results so that the report says what was observed
     (counts, examples of unexpected values).
     """
+    suite = expectations(registry, ds, history)
+    verdicts, counted = _judge(frame, suite, _counts(registry))
+    return _report(frame, registry, ds, history, verdicts, counted)
+
+
+def judge(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: History,
+          metrics: DayMetrics) -> QualityReport:  # fmt: skip
+    """:func:`validate`'s report on ``frame`` (one partition), from its :func:`metrics_by_day` instead of a pass of
+    its own: the same suite and verdicts. ``frame`` is read only if an expectation failed, for the report's details."""
+    suite = expectations(registry, ds, history)
+    return _report(frame, registry, ds, history, _verdicts(_plan(suite), metrics.values), metrics.counts)
+
+
+def _report(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: History,
+            verdicts: list[tuple[Any, bool]], counted: Mapping[str, Any]) -> QualityReport:  # fmt: skip
+    """The report of the verdicts; a failed expectation is validated again by Great Expectations on ``frame``, with
+    ``SUMMARY`` results, so that the report says what was observed."""
     import great_expectations as gx
     from great_expectations.core import ExpectationValidationResult
     from great_expectations.data_context.types.base import ProgressBarsConfig
     from pyspark.sql import functions as F
 
-    suite = expectations(registry, ds, history)
-    counts = {"rows": "count(1)", **{c: f"coalesce(sum({identifier(c)}), 0)" for c in registry.label_columns}}
-    verdicts, counted = _judge(frame, suite, counts)
     failed = [e for e, success in verdicts if not success]
     details = {}
     if failed:
@@ -333,7 +444,7 @@ def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: 
         "success": success,
         "statistics": {"evaluated_expectations": len(checks), "successful_expectations": len(checks) - len(failed),
                        "unsuccessful_expectations": len(failed)},
-        "metrics": "one Spark aggregate over the partition (warehouse/quality.py), judged by each expectation",
+        "metrics": "one Spark aggregate (warehouse/quality.py), judged by each expectation",
         "results": [r.to_json_dict() for r in results],
     }  # fmt: skip
     return QualityReport(registry.dataset, format_ds(ds), success, checks, history.days, raw, rows=int(counted["rows"]),

@@ -25,9 +25,12 @@ Rules:
   have the Criteo layout if it does (its descriptions, owners and quality may be edited, and
   derived features added).
 * Each day is validated and published on its own (write-audit-publish, as a label
-  join: ``warehouse/publish.py``), in day order, so each day's gate sees the days before it. A
-  day with more than ``max_bad_fraction`` malformed lines, no lines, or a failed quality gate is
-  not published; the other days are. Then the job exits with status 3 and says which days.
+  join: ``warehouse/publish.py``), in day order, so each day's gate sees the days before it. The
+  metrics of a file's days come from one pass over its rows (``warehouse.quality.metrics_by_day``);
+  each day is then judged with the history that the published days before it leave, as a pass
+  of its own would judge it. A day with more than ``max_bad_fraction`` malformed lines, no lines,
+  or a failed quality gate is not published; the other days are. Then the job exits with status 3
+  and says which days.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ import datetime as dt
 import re
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import reduce
 from pathlib import Path, PurePosixPath
 
 from pyspark import StorageLevel
@@ -77,6 +82,7 @@ from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
 from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import audit_and_publish, new_run_id
+from warehouse.quality import DayCounts, DayMetrics, history_before, judge, metrics_by_day, published_days
 from warehouse.tables import CommitMetrics, persisted
 
 STREAM = "criteo"
@@ -349,35 +355,58 @@ def ensure_registry(dataset: str, registry_dir: Path | None) -> tuple[DatasetReg
     return registry, path, written
 
 
+def _refused_before_gate(config: CriteoImportConfig, registry: DatasetRegistry, lines: int, bad: int) -> str | None:
+    """Why a day is not even staged (no lines, too many malformed ones), or None."""
+    if lines == 0:
+        return "no lines: the file is empty, or has fewer lines than --split-days"
+    if too_many := too_many_bad(bad, lines, bad_fraction_limit(registry.quality, config.max_bad_fraction), what="lines"):
+        return f"{too_many}; nothing was staged. Fix the file, or allow more with --max-bad-fraction"
+    return None
+
+
+def _counts(counts: Mapping[str, object]) -> tuple[int, int, int, int]:
+    return tuple(int(counts.get(k) or 0) for k in ("lines", "bad", "clicks", "first"))  # type: ignore[return-value]
+
+
 def _import_day(spark: SparkSession, config: CriteoImportConfig, registry: DatasetRegistry, table: str,
                 numbered: DataFrame, counts: Mapping[str, object], *, day: dt.date, source: str, file_empty: bool,
-                run_id: str, now: dt.datetime, progress: Progress) -> DayResult:  # fmt: skip
-    """Quarantine one day's bad lines, then stage, validate and publish its rows (unless refused first)."""
+                gated: DataFrame | None, metrics: DayMetrics | None, published: dict[str, DayCounts], run_id: str,
+                now: dt.datetime, progress: Progress) -> DayResult:  # fmt: skip
+    """Quarantine one day's bad lines, then judge its rows (``gated``, with their ``metrics`` from the file's one
+    pass and the history of the ``published`` days, which a published day joins) and publish them, unless refused
+    first."""
     ds = format_ds(day)
-    lines, bad, clicks, first = (int(counts.get(k) or 0) for k in ("lines", "bad", "clicks", "first"))
+    lines, bad, clicks, first = _counts(counts)
     in_day = numbered.where(F.col("ds") == ds)
     if bad:  # the line number is the file's, so split_start is 0 for every row
         located = with_problem(in_day.where(~F.col(VALID_COLUMN))).withColumns(
             {"source_file": F.lit(source), "split_start": F.lit(0).cast("bigint")})
         rows = numbered_quarantine_rows(located, STREAM, run_id, now)
     else:
-        rows = empty_file_rows(spark, [source] if file_empty else [], STREAM, ds, run_id, now)
+        rows = empty_file_rows(spark, [source] if file_empty else [], STREAM, day, run_id, now)
     write_quarantine(spark, config.dataset, day, rows, empty=not bad and not file_empty)
     problems = {r["problem"]: r["count"] for r in rows.groupBy("problem").count().collect()} if bad or file_empty else {}
     result = DayResult(ds, _file_name(source), first or 1, lines, bad, clicks, problems)
-    if lines == 0:
-        return replace(result, refused="no lines: the file is empty, or has fewer lines than --split-days")
-    if too_many := too_many_bad(bad, lines, bad_fraction_limit(registry.quality, config.max_bad_fraction), what="lines"):
-        return replace(result, refused=f"{too_many}; nothing was staged. Fix the file, or allow more with "
-                       "--max-bad-fraction")  # fmt: skip
+    if refused := _refused_before_gate(config, registry, lines, bad):
+        return replace(result, refused=refused)
     progress(f"{config.dataset} ds={ds}: {lines:,} lines ({bad:,} quarantined)")
-    with persisted(table_rows(in_day.where(F.col(VALID_COLUMN)), registry, _file_name(source), day)) as rows:
-        gate = audit_and_publish(spark, registry, rows, table=table, day=day, run_id=run_id, home=config.home,
-                                 quarantined=(bad, None), progress=progress)  # fmt: skip
+    day_rows = gated.where(F.col("ds") == ds)
+    report = judge(day_rows, registry, day, history_before(published, registry, day), metrics)
+    gate = audit_and_publish(spark, registry, day_rows, table=table, day=day, run_id=run_id, home=config.home,
+                             quarantined=(bad, None), judged=report, progress=progress)  # fmt: skip
+    if gate.published:  # the history of the days after it, as the table now holds it
+        published[ds] = metrics.day_counts(registry)
     refused = None if gate.published else (f"failed {len(gate.report.failures)} of {len(gate.report.checks)} quality "
                                            f"expectations ({table} is unchanged for this ds)")  # fmt: skip
     return replace(result, staging_table=None if gate.published else gate.staged, gate=tuple(gate.report.summary_lines()),
                    report_path=str(gate.report_path), commit=gate.commit, refused=refused)  # fmt: skip
+
+
+def _gated_rows(numbered: DataFrame, registry: DatasetRegistry, source: str, days: Sequence[dt.date]) -> DataFrame:
+    """The valid lines of ``days`` as table rows, the days' rows one after another (each day's own features)."""
+    frames = [table_rows(numbered.where((F.col("ds") == format_ds(day)) & F.col(VALID_COLUMN)), registry,
+                         _file_name(source), day) for day in days]  # fmt: skip
+    return reduce(DataFrame.unionByName, frames)
 
 
 def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress | None = None) -> CriteoImportSummary:
@@ -412,11 +441,24 @@ def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress |
                 F.coalesce(F.sum(label), F.lit(0)).alias("clicks"), F.min("line").alias("first")).collect()}  # fmt: skip
             bad = sum(c["bad"] for c in counts.values())
             say(f"{config.dataset}: {total:,} lines in {_file_name(uri)}, {bad:,} malformed")
-            for day in days:
-                result = _import_day(spark, config, registry, table, numbered, counts.get(format_ds(day), {}), day=day,
-                                     source=uri, file_empty=total == 0, run_id=run_id, now=now, progress=say)  # fmt: skip
-                results.append(result)
-                say(result.format())
+            day_counts = [_counts(counts.get(format_ds(day), {})) for day in days]
+            judged = [day for day, (n, b, _c, _f) in zip(days, day_counts, strict=True)
+                      if _refused_before_gate(config, registry, n, b) is None]  # fmt: skip
+            with ExitStack() as stack:
+                gated, metrics, published = None, {}, {}
+                if judged:
+                    gated = stack.enter_context(persisted(_gated_rows(numbered, registry, uri, judged)))
+                    say(f"{config.dataset}: computing the quality metrics of ds {span} (one pass)")
+                    metrics = metrics_by_day(gated, registry, judged)
+                    first_day = judged[0] - dt.timedelta(days=registry.quality.history_days)
+                    published = published_days(spark, table, registry, first_day, judged[-1])
+                for day in days:
+                    result = _import_day(spark, config, registry, table, numbered, counts.get(format_ds(day), {}),
+                                         day=day, source=uri, file_empty=total == 0, gated=gated,
+                                         metrics=metrics.get(format_ds(day)), published=published, run_id=run_id,
+                                         now=now, progress=say)  # fmt: skip
+                    results.append(result)
+                    say(result.format())
         finally:
             parsed.unpersist()
     summary = CriteoImportSummary(config.dataset, table, run_id, str(registry_path), written,

@@ -285,3 +285,50 @@ def test_bad_commands_are_refused_with_the_fix(tmp_path):
                                             r"expected dense; feature int_2 is missing"):  # fmt: skip
         criteo_import.ensure_registry("c", tmp_path)
     assert split_sizes(45_840_617, 7) == [6_548_660] * 4 + [6_548_659] * 3
+
+
+@pytest.mark.spark
+def test_one_metrics_pass_judges_each_day_as_a_pass_of_its_own_with_a_refused_day_in_the_middle(
+        spark, spark_home, tmp_path, monkeypatch):  # fmt: skip
+    """Five days of one file from one metrics pass; day 3 is all clicks, so its positive rate fails against days 1-2,
+    and day 4 is then judged against days 1-2 only, day 5 against 1, 2 and 4: the verdicts, observations and histories
+    of each day equal those of validating that day's rows alone against the table, as separate passes did."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from schemas.registry import load_dataset
+    from warehouse import publish, quality
+
+    dataset, days, per_day = "t_criteo_order", [f"2026-03-0{d}" for d in range(1, 6)], 400
+    lines = [line for _label, line, _bad in sample_lines(len(days) * per_day, seed=11)]
+    lines[2 * per_day: 3 * per_day] = ["1" + line[1:] for line in lines[2 * per_day: 3 * per_day]]  # day 3: all clicks
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(lines) + "\n")
+    passes, validations = [], []
+    monkeypatch.setattr(criteo_import, "metrics_by_day",
+                        lambda *a, **k: passes.append(a[2]) or quality.metrics_by_day(*a, **k))  # fmt: skip
+    monkeypatch.setattr(publish, "validate", lambda *a, **k: validations.append(a[2]) or quality.validate(*a, **k))
+    config = CriteoImportConfig(dataset=dataset, ds=dt_date(days[0]), files=(str(path),), home=spark_home,
+                                split_days=len(days), registry_dir=tmp_path / "registry")  # fmt: skip
+    with pytest.raises(DataRefusedError, match=r"1 of 5 days of the import were not published \(2026-03-03\)"):
+        criteo_import.run(spark, config)
+    assert passes == [list(map(dt_date, days))] and validations == []  # one pass for the file's days, no other
+
+    registry = load_dataset(dataset, tmp_path / "registry")
+    table = f"featurehouse.{dataset}"
+    gate = {r["ds"]: r for r in spark.table("featurehouse_catalog.quality_gate").where(F.col("dataset") == dataset)
+            .collect()}  # fmt: skip
+    assert {ds: r["decision"] for ds, r in gate.items()} == {d: "refused" if d == days[2] else "published" for d in days}
+    for ds in days:
+        rows = spark.table(gate[ds]["staging_table"] if ds == days[2] else table).where(F.col("ds") == ds)
+        alone = quality.validate(rows, registry, dt_date(ds), quality.trailing_history(spark, table, registry, dt_date(ds)))
+        imported = json.loads(Path(gate[ds]["report_path"]).read_text())
+        assert imported["checks"] == [vars(c) for c in alone.checks], ds
+        assert (imported["success"], tuple(imported["history_days"])) == (alone.success, alone.history_days), ds
+        assert gate[ds]["rows"] == alone.rows == per_day
+    assert [json.loads(Path(gate[d]["report_path"]).read_text())["history_days"] for d in days] == [
+        [], days[:1], days[:2], days[:2], [*days[:2], days[3]]]
+    failed = json.loads(Path(gate[days[2]]["report_path"]).read_text())["checks"]
+    assert [(c["expectation"], c["column"], c["observed"]) for c in failed if not c["success"]] == [
+        ("expect_column_mean_to_be_between", "label_click", "observed 1.0")]
