@@ -7,7 +7,8 @@ The file is written first by ``featurehouse criteo-sample`` (the published layou
 cannot be downloaded here). Then, each timed on its own:
 
 * **featurehouse**: the import as the CLI runs it: parse, quarantine, number lines, split into
-  days, and per day stage, validate (Great Expectations), publish and record, in a Spark session.
+  days, one metrics pass over the file's days, then per day judge (Great Expectations), publish and
+  record, in a Spark session.
 * **DLRM reference parse** (peer): what the DLRM reference's preprocessing does per line in
   Python (``getCriteoAdData`` in facebookresearch/dlrm's ``data_utils.py``): split on tabs,
   ``int()`` each integer (missing 0), ``int(x, 16)`` each categorical, into numpy arrays, one
