@@ -204,7 +204,8 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
     if override is None:
         if judged is None:
             progress(f"{registry.dataset} ds={ds}: validating the partition (quality gate)")
-        report = judged or validate(rows, registry, day, trailing_history(spark, table, registry, day))
+        report = judged if judged is not None else validate(rows, registry, day,
+                                                             trailing_history(spark, table, registry, day))
         report_path = write_report(home, report, run_id)
     commit = None
     if override is not None or report.success:

@@ -80,11 +80,12 @@ def published_days(spark: SparkSession, table: str, registry: DatasetRegistry, s
 def history_before(days: Mapping[str, DayCounts], registry: DatasetRegistry, ds: dt.date) -> History:
     """The :class:`History` of ``ds`` from ``days``: those of the ``history_days`` before it, in ds order."""
     start, end = format_ds(ds - dt.timedelta(days=registry.quality.history_days)), format_ds(ds)
-    window = [days[d] for d in sorted(days) if start <= d < end]
+    chosen = tuple(d for d in sorted(days) if start <= d < end)
+    window = [days[d] for d in chosen]
     if not window:
         return History()
     return History(
-        days=tuple(d for d in sorted(days) if start <= d < end),
+        days=chosen,
         rows=sum(day.rows for day in window) / len(window),
         rates={c: sum(float(day.rates.get(c) or 0.0) for day in window) / len(window) for c in registry.label_columns},
     )
@@ -300,6 +301,19 @@ def _verdicts(plan: _Plan, values: Mapping[str, Any]) -> list[tuple[Any, bool]]:
     return verdicts
 
 
+def _aggregate_columns(aggregates: Mapping[str, str], extra: Mapping[str, str]) -> list[Any]:
+    """The metric aggregates (``m<i>``) and the caller's (``x<i>``) as columns of one ``agg``."""
+    from pyspark.sql import functions as F
+
+    return [*(F.expr(f"{text} AS m{i}") for i, text in enumerate(aggregates.values())),
+            *(F.expr(f"{text} AS x{i}") for i, text in enumerate(extra.values()))]  # fmt: skip
+
+
+def _read_aggregates(row: Any, aggregates: Mapping[str, str], extra: Mapping[str, str]) -> tuple[dict, dict]:
+    """A row of :func:`_aggregate_columns` back as (metric key -> value, extra name -> value)."""
+    return ({k: row[f"m{i}"] for i, k in enumerate(aggregates)}, {n: row[f"x{i}"] for i, n in enumerate(extra)})
+
+
 def _judge(frame: DataFrame, suite: list[Any], extra: dict[str, str]) -> tuple[list[tuple[Any, bool]], dict[str, Any]]:
     """Each expectation of ``suite`` with Great Expectations' verdict on ``frame``, from one pass over it.
 
@@ -312,11 +326,8 @@ def _judge(frame: DataFrame, suite: list[Any], extra: dict[str, str]) -> tuple[l
     from pyspark.sql import functions as F
 
     plan = _plan(suite)
-    names = list(plan.aggregates)
-    row = frame.agg(*[F.expr(f"{plan.aggregates[k]} AS m{i}") for i, k in enumerate(names)],
-                    *[F.expr(f"{text} AS x{i}") for i, text in enumerate(extra.values())]).first()  # fmt: skip
-    values: dict[str, Any] = {k: row[f"m{i}"] for i, k in enumerate(names)}
-    extras = {name: row[f"x{i}"] for i, name in enumerate(extra)}
+    values, extras = _read_aggregates(frame.agg(*_aggregate_columns(plan.aggregates, extra)).first(),
+                                      plan.aggregates, extra)  # fmt: skip
     for column in sorted(plan.unique_columns):
         repeated = (frame.where(F.col(column).isNotNull()).groupBy(column).count().where(F.col("count") > 1)
                     .agg(F.coalesce(F.sum("count"), F.lit(0)).alias("n")).first())  # fmt: skip
@@ -360,13 +371,9 @@ def metrics_by_day(frame: DataFrame, registry: DatasetRegistry, days: Sequence[d
         plan = _plan(expectations(registry, day, rated))
         aggregates.update(plan.aggregates)
         unique_columns |= plan.unique_columns
-    names, counts = list(aggregates), _counts(registry)
-    grouped = frame.groupBy("ds").agg(*[F.expr(f"{aggregates[k]} AS m{i}") for i, k in enumerate(names)],
-                                      *[F.expr(f"{text} AS x{i}") for i, text in enumerate(counts.values())])  # fmt: skip
-    out = {
-        r["ds"]: DayMetrics({k: r[f"m{i}"] for i, k in enumerate(names)}, {n: r[f"x{i}"] for i, n in enumerate(counts)})
-        for r in grouped.collect()
-    }
+    counts = _counts(registry)
+    grouped = frame.groupBy("ds").agg(*_aggregate_columns(aggregates, counts)).collect()
+    out = {r["ds"]: DayMetrics(*_read_aggregates(r, aggregates, counts)) for r in grouped}
     for column in sorted(unique_columns):
         repeated = (frame.where(F.col(column).isNotNull()).groupBy("ds", column).count().where(F.col("count") > 1)
                     .groupBy("ds").agg(F.sum("count").alias("n")).collect())  # fmt: skip

@@ -370,11 +370,11 @@ def _counts(counts: Mapping[str, object]) -> tuple[int, int, int, int]:
 
 def _import_day(spark: SparkSession, config: CriteoImportConfig, registry: DatasetRegistry, table: str,
                 numbered: DataFrame, counts: Mapping[str, object], *, day: dt.date, source: str, file_empty: bool,
-                gated: DataFrame | None, metrics: DayMetrics | None, published: dict[str, DayCounts], run_id: str,
-                now: dt.datetime, progress: Progress) -> DayResult:  # fmt: skip
-    """Quarantine one day's bad lines, then judge its rows (``gated``, with their ``metrics`` from the file's one
-    pass and the history of the ``published`` days, which a published day joins) and publish them, unless refused
-    first."""
+                refused: str | None, gated: DataFrame | None, metrics: DayMetrics | None,
+                published: dict[str, DayCounts], run_id: str, now: dt.datetime, progress: Progress) -> DayResult:  # fmt: skip
+    """Quarantine one day's bad lines, then, unless ``refused`` before the gate, judge its rows (``gated``, with
+    their ``metrics`` from the file's one pass and the history of the ``published`` days, which a published day
+    joins) and publish them."""
     ds = format_ds(day)
     lines, bad, clicks, first = _counts(counts)
     in_day = numbered.where(F.col("ds") == ds)
@@ -387,7 +387,7 @@ def _import_day(spark: SparkSession, config: CriteoImportConfig, registry: Datas
     write_quarantine(spark, config.dataset, day, rows, empty=not bad and not file_empty)
     problems = {r["problem"]: r["count"] for r in rows.groupBy("problem").count().collect()} if bad or file_empty else {}
     result = DayResult(ds, _file_name(source), first or 1, lines, bad, clicks, problems)
-    if refused := _refused_before_gate(config, registry, lines, bad):
+    if refused:
         return replace(result, refused=refused)
     progress(f"{config.dataset} ds={ds}: {lines:,} lines ({bad:,} quarantined)")
     day_rows = gated.where(F.col("ds") == ds)
@@ -396,10 +396,10 @@ def _import_day(spark: SparkSession, config: CriteoImportConfig, registry: Datas
                              quarantined=(bad, None), judged=report, progress=progress)  # fmt: skip
     if gate.published:  # the history of the days after it, as the table now holds it
         published[ds] = metrics.day_counts(registry)
-    refused = None if gate.published else (f"failed {len(gate.report.failures)} of {len(gate.report.checks)} quality "
+    failed = None if gate.published else (f"failed {len(gate.report.failures)} of {len(gate.report.checks)} quality "
                                            f"expectations ({table} is unchanged for this ds)")  # fmt: skip
     return replace(result, staging_table=None if gate.published else gate.staged, gate=tuple(gate.report.summary_lines()),
-                   report_path=str(gate.report_path), commit=gate.commit, refused=refused)  # fmt: skip
+                   report_path=str(gate.report_path), commit=gate.commit, refused=failed)  # fmt: skip
 
 
 def _gated_rows(numbered: DataFrame, registry: DatasetRegistry, source: str, days: Sequence[dt.date]) -> DataFrame:
@@ -441,9 +441,9 @@ def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress |
                 F.coalesce(F.sum(label), F.lit(0)).alias("clicks"), F.min("line").alias("first")).collect()}  # fmt: skip
             bad = sum(c["bad"] for c in counts.values())
             say(f"{config.dataset}: {total:,} lines in {_file_name(uri)}, {bad:,} malformed")
-            day_counts = [_counts(counts.get(format_ds(day), {})) for day in days]
-            judged = [day for day, (n, b, _c, _f) in zip(days, day_counts, strict=True)
-                      if _refused_before_gate(config, registry, n, b) is None]  # fmt: skip
+            refusals = {day: _refused_before_gate(config, registry, *_counts(counts.get(format_ds(day), {}))[:2])
+                        for day in days}  # fmt: skip
+            judged = [day for day in days if refusals[day] is None]
             with ExitStack() as stack:
                 gated, metrics, published = None, {}, {}
                 if judged:
@@ -454,7 +454,7 @@ def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress |
                     published = published_days(spark, table, registry, first_day, judged[-1])
                 for day in days:
                     result = _import_day(spark, config, registry, table, numbered, counts.get(format_ds(day), {}),
-                                         day=day, source=uri, file_empty=total == 0, gated=gated,
+                                         day=day, source=uri, file_empty=total == 0, refused=refusals[day], gated=gated,
                                          metrics=metrics.get(format_ds(day)), published=published, run_id=run_id,
                                          now=now, progress=say)  # fmt: skip
                     results.append(result)
