@@ -186,17 +186,29 @@ def runtime_confs(spark: SparkSession, confs: Mapping[str, str], *, keep_set: bo
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
-#: Spark SQL settings for a job whose input is below :data:`SMALL_INPUT_BYTES`: its plans run interpreted.
-#: Compiling generated code (whole-stage code and each projection's class, with Janino) is a fixed cost of
-#: every query, some 15% of a 100-impression label join's driver time by a JFR profile; it pays for itself only
-#: on enough rows. The results are the same: the interpreted expressions are the ones the code is generated from.
-#: Measured 2026-12-04 (3 runs in a started session, medians): a 100-impression day 8.2 s against 10.0 s compiled,
-#: a 20,000-impression day (about 63 MB of landing JSON with the demo's registry) 21.0 s against 23.4 s; larger
-#: inputs were not measured, so they keep compiled code.
-INTERPRETED_CONFS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+#: Spark SQL settings for a job whose input is below :data:`SMALL_INPUT_BYTES`: its plans run interpreted and
+#: without adaptive execution. Both are fixed costs of every query that pay for themselves only on enough rows:
+#:
+#: * compiling generated code (whole-stage code and each projection's class, with Janino): some 15% of a
+#:   100-impression label join's driver time by a JFR profile. Measured 2026-12-04 (3 runs in a started session,
+#:   medians): a 100-impression day 8.2 s against 10.0 s compiled, a 20,000-impression day (about 63 MB of
+#:   landing JSON with the demo's registry) 21.0 s against 23.4 s;
+#: * adaptive query execution (AQE), which runs every shuffle stage as a Spark job of its own to re-plan the rest
+#:   from its output: a 100-impression day's label join ran 37 Spark jobs with it and 22 without, in 6.9 s against
+#:   5.7 s; a 20,000-impression day 17.1 s (38 jobs) against 14.9 s (21) (2026-12-06, third run in a started
+#:   session). Without it a shuffle has ``spark.sql.shuffle.partitions`` partitions (8 on the embedded default)
+#:   and joins are planned from the inputs' size estimates.
+#:
+#: The results are the same: the interpreted expressions are the ones the code is generated from, and AQE
+#: changes how a plan is run, not what it computes. Larger inputs were not measured, so they keep both.
+SMALL_INPUT_CONFS = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
+}
 SMALL_INPUT_BYTES = 64 * 2**20
 
 
 def input_size_confs(input_bytes: int) -> dict[str, str]:
-    """The settings a job reading ``input_bytes`` runs under: :data:`INTERPRETED_CONFS` for a small input, else none."""
-    return dict(INTERPRETED_CONFS) if input_bytes < SMALL_INPUT_BYTES else {}
+    """The settings a job reading ``input_bytes`` runs under: :data:`SMALL_INPUT_CONFS` for a small input, else none."""
+    return dict(SMALL_INPUT_CONFS) if input_bytes < SMALL_INPUT_BYTES else {}

@@ -316,10 +316,11 @@ def test_the_join_writes_the_statistics_catalog_stats_recomputes(spark, request,
     assert len(again) == 4 and {r["table_version"] for r in again} == {rerun.commit.version}
 
 
-def test_compiled_and_interpreted_plans_publish_the_same_day(spark, request, tmp_path, registry_dir):
-    """A small day's plans run interpreted (warehouse/confs.py); a user's setting keeps them compiled. Both give
-    the same rows, quarantine and counts, on a day with a broken line, a non-finite value, nulls and unknown names."""
-    from warehouse.confs import INTERPRETED_CONFS, input_size_confs
+def test_small_and_large_day_settings_publish_the_same_day(spark, request, tmp_path, registry_dir):
+    """A small day's plans run interpreted and without AQE (warehouse/confs.py); a user's settings keep them compiled
+    and adaptive, as a large day's are. Both give the same rows, quarantine and counts, on a day with a broken line,
+    a non-finite value, nulls and unknown names."""
+    from warehouse.confs import SMALL_INPUT_CONFS, input_size_confs
 
     landing = tmp_path / "landing"
     write_landing(landing, "impressions", DAY1, [
@@ -331,7 +332,7 @@ def test_compiled_and_interpreted_plans_publish_the_same_day(spark, request, tmp
     ])  # fmt: skip
     write_landing(landing, "labels", DAY1, [lab("a", "click", "2026-11-01T08:00:05.000Z")])
     close_label_days(landing, DAY1, 4)
-    assert input_size_confs(0) == INTERPRETED_CONFS and input_size_confs(2**40) == {}
+    assert input_size_confs(0) == SMALL_INPUT_CONFS and input_size_confs(2**40) == {}
 
     def published() -> tuple:
         summary = join(spark, request, tmp_path, registry_dir, max_bad_fraction=0.9, stats=False)
@@ -342,7 +343,9 @@ def test_compiled_and_interpreted_plans_publish_the_same_day(spark, request, tmp
                   summary.unknown_feature_values, summary.problems)  # fmt: skip
         return rows, quarantine, counts
 
-    compiled = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "CODEGEN_ONLY"}
+    compiled = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "CODEGEN_ONLY",
+                "spark.sql.adaptive.enabled": "true"}
+    assert compiled.keys() == SMALL_INPUT_CONFS.keys()
     for key, value in compiled.items():
         spark.conf.set(key, value)  # as a user's --conf: kept by the join
     try:
