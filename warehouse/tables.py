@@ -144,6 +144,18 @@ def retry_conflicts(commit: Callable[[], T], *, attempts: int = 4,
     return retrying(commit)
 
 
+def in_metastore(spark: SparkSession, table: str) -> bool:
+    """Whether the metastore has ``table`` (``database.name``, validated names), asked of the metastore alone.
+
+    ``spark.catalog.tableExists`` also loads a Delta table's log, a Spark job when another writer (the
+    ``deltalake`` package, for the catalog's statistics) committed since this session last read it.
+    """
+    database, name = table.split(".")
+    return spark.catalog.databaseExists(database) and any(
+        row["tableName"] == name and not row["isTemporary"]
+        for row in spark.sql(f"SHOW TABLES IN {database} LIKE '{name}'").collect())  # fmt: skip
+
+
 def create_if_missing(spark: SparkSession, table: str, create: Callable[[], object], *, attempts: int = 4) -> None:
     """Create ``table`` (and its database) with ``create()`` unless it exists, tolerating a concurrent creator.
 
@@ -154,7 +166,7 @@ def create_if_missing(spark: SparkSession, table: str, create: Callable[[], obje
     """
     for attempt in Retrying(stop=stop_after_attempt(attempts), wait=wait_incrementing(start=1, increment=1),
                             retry=retry_if_exception_type(CREATE_RACE), reraise=True):  # fmt: skip
-        if spark.catalog.tableExists(table):  # outside the attempt: its own errors are not retried
+        if in_metastore(spark, table):  # outside the attempt: its own errors are not retried
             return
         with attempt:
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.split('.')[0]}")
