@@ -92,11 +92,13 @@ from schemas.names import format_ds, parse_ds
 from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DatasetRegistry, load_dataset
 from schemas.spark import impression_record_schema
+from schemas.sql_text import identifier
 from warehouse.command import run_spark_job
 from warehouse.confs import input_size_confs, runtime_confs
 from warehouse.evolution import prepare_for_write
 from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import GateOutcome, audit_and_publish, new_run_id
+from warehouse.quality import DayCounts, history_before, published_days, validate_with
 from warehouse.spark_jobs import RunJobs, counting_jobs, explain
 from warehouse.stats import PartitionStats
 from warehouse.tables import CommitMetrics, persisted
@@ -247,10 +249,10 @@ def check_partitions(landing: Landing, config: LabelJoinConfig, days: Sequence[d
     return bool(open_days)
 
 
-def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, days: Sequence[dt.date]) -> DataFrame:
-    """Impression ids of earlier ``days``: from the feature table where published, else from the landing zone."""
-    wanted = [format_ds(d) for d in days]
-    published = {r.ds for r in spark.table(table).where(F.col("ds").isin(wanted)).select("ds").distinct().collect()}
+def _impression_ids_before(spark: SparkSession, landing: Landing, table: str, days: Sequence[dt.date],
+                           published: Mapping[str, DayCounts]) -> DataFrame:  # fmt: skip
+    """Impression ids of earlier ``days``: from the feature table where ``published``, else from the landing zone."""
+    published = {format_ds(d) for d in days} & published.keys()
     frames = [spark.table(table).where(F.col("ds").isin(sorted(published))).select("impression_id")]
     unpublished = [d for d in days if format_ds(d) not in published]
     present = [d for d in unpublished if path_exists(spark, landing.partition(RecordKind.IMPRESSIONS, d))]
@@ -282,14 +284,20 @@ def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetR
     ds = format_ds(config.ds)  # the string form: compared with the records' ds column, and in messages
     is_bad = ~F.col(VALID_COLUMN)
     this_day_labels = raw_labels.where(F.col("ds") == ds)
-    imp_stats = flat.agg(
-        F.count(F.lit(1)).alias("read"),
-        F.count_if(is_bad).alias("bad"),
-        F.sum(F.when(~is_bad, F.size("_unknown")).otherwise(0)).alias("unknown_values"),
-        F.array_distinct(F.flatten(F.collect_set(F.when(~is_bad, F.col("_unknown"))))).alias("unknown_names"),
+    # both kinds' counts in one job: the impressions' and this ds's labels' judged records, unioned
+    is_impression, is_label = F.col("_impression"), ~F.col("_impression")
+    counted = flat.select(F.lit(True).alias("_impression"), VALID_COLUMN, "_unknown").unionByName(
+        this_day_labels.select(F.lit(False).alias("_impression"), VALID_COLUMN,
+                               F.lit(None).cast("array<string>").alias("_unknown")))  # fmt: skip
+    stats = counted.agg(
+        F.count_if(is_impression).alias("impressions"),
+        F.count_if(is_impression & is_bad).alias("bad_impressions"),
+        F.sum(F.when(is_impression & ~is_bad, F.size("_unknown")).otherwise(0)).alias("unknown_values"),
+        F.array_distinct(F.flatten(F.collect_set(F.when(is_impression & ~is_bad, F.col("_unknown"))))).alias("unknown_names"),
+        F.count_if(is_label).alias("labels"),
+        F.count_if(is_label & is_bad).alias("bad_labels"),
     ).first()
-    label_day = this_day_labels.agg(F.count(F.lit(1)).alias("read"), F.count_if(is_bad).alias("bad")).first()
-    bad = {RecordKind.IMPRESSIONS.value: int(imp_stats["bad"]), RecordKind.LABELS.value: int(label_day["bad"])}
+    bad = {RecordKind.IMPRESSIONS.value: int(stats["bad_impressions"]), RecordKind.LABELS.value: int(stats["bad_labels"])}
     empties = {kind.value: empty_files(spark, [landing.partition(kind, config.ds)]) for kind in RecordKind}
     rows = empty_file_rows(spark, [], RecordKind.IMPRESSIONS.value, config.ds, run_id, now)
     problems: dict[str, int] = {}
@@ -307,8 +315,8 @@ def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetR
         )  # fmt: skip
         problems = {r["problem"]: r["count"] for r in rows.groupBy("problem").count().collect()}
     table = write_quarantine(spark, config.dataset, config.ds, rows, empty=not problems)
-    found = _Quarantined(int(imp_stats["read"]), int(label_day["read"]), bad, problems, table,
-                         tuple(sorted(imp_stats["unknown_names"] or [])), int(imp_stats["unknown_values"] or 0))  # fmt: skip
+    found = _Quarantined(int(stats["impressions"]), int(stats["labels"]), bad, problems, table,
+                         tuple(sorted(stats["unknown_names"] or [])), int(stats["unknown_values"] or 0))  # fmt: skip
     limit = bad_fraction_limit(registry.quality, config.max_bad_fraction)
     for kind, read in ((RecordKind.IMPRESSIONS.value, found.impressions_read), (RecordKind.LABELS.value, found.label_records)):
         if too_many := too_many_bad(bad[kind], read, limit, what=f"{kind} records of ds {ds}"):
@@ -371,7 +379,8 @@ def _plan(spark: SparkSession, config: LabelJoinConfig, progress: Progress) -> _
     present_days = [d for d in days if path_exists(spark, landing.partition(RecordKind.LABELS, d))]
     input_bytes = bytes_under(spark, [landing.partition(RecordKind.IMPRESSIONS, config.ds),
                                       *(landing.partition(RecordKind.LABELS, d) for d in present_days)])  # fmt: skip
-    table, changes = prepare_for_write(spark, registry)
+    with runtime_confs(spark, input_size_confs(input_bytes), keep_set=True):  # as the rest of the run (see _run)
+        table, changes = prepare_for_write(spark, registry)  # reads the table's snapshot: 1 Spark job, 3 with AQE
     for change in changes:
         progress(f"{config.dataset}: {change.action.value} {change.detail}")
     return _Plan(new_run_id(), registry, landing, config.ds, tuple(days), tuple(present_days),
@@ -388,20 +397,36 @@ def _read(spark: SparkSession, config: LabelJoinConfig, plan: _Plan) -> tuple[Da
     return flatten_impressions(records, registry, plan.ds), labels
 
 
-def _label_counts(spark: SparkSession, config: LabelJoinConfig, plan: _Plan, rows: DataFrame, labels: DataFrame
-                  ) -> _LabelCounts:  # fmt: skip
-    """The label counts the persisted ``rows`` carry (:func:`label_count_columns`), summed; this ds's orphan labels."""
+def _published_before(spark: SparkSession, plan: _Plan) -> dict[str, DayCounts]:
+    """The table's published days that the run looks back on, in one read: those the labels' windows reach back
+    over (their impressions' ids, for the orphans) and those of the quality gate's history."""
+    registry = plan.registry
+    back = max(_lookback_days(registry), registry.quality.history_days)
+    return published_days(spark, plan.table, registry, plan.ds - dt.timedelta(days=back), plan.ds)
+
+
+def _lookback_days(registry: DatasetRegistry) -> int:
+    """How many days before a ds its labels' windows reach back over."""
+    return math.ceil(registry.max_window / dt.timedelta(days=1))
+
+
+def _label_count_sums(registry: DatasetRegistry) -> dict[str, str]:
+    """The sums of the label counts the rows carry (:func:`label_count_columns`), as SQL text: they ride in the
+    quality gate's pass over the rows (:func:`warehouse.quality.validate_with`)."""
+    sums = {"matched": MATCHED_COLUMN, "distinct_pairs": TYPES_COLUMN,
+            **{f"out_{label.name}": OUTSIDE_PREFIX + label.name for label in registry.labels}}  # fmt: skip
+    return {name: f"sum({identifier(column)})" for name, column in sums.items()}
+
+
+def _label_counts(spark: SparkSession, config: LabelJoinConfig, plan: _Plan, rows: DataFrame, labels: DataFrame,
+                  published: Mapping[str, DayCounts], stats: Mapping[str, int | None]) -> _LabelCounts:  # fmt: skip
+    """The label counts: ``stats``, the sums of :func:`_label_count_sums` over the persisted ``rows``; and this ds's
+    orphan labels."""
     registry = plan.registry
     known_types = [label.name for label in registry.labels]
-    stats = rows.agg(
-        F.sum(MATCHED_COLUMN).alias("matched"),
-        F.sum(TYPES_COLUMN).alias("distinct_pairs"),
-        *[F.sum(OUTSIDE_PREFIX + name).alias(f"out_{name}") for name in known_types],
-    ).first()  # fmt: skip
-    lookback_days = math.ceil(registry.max_window / dt.timedelta(days=1))
-    lookback = [config.ds - dt.timedelta(days=i) for i in range(1, lookback_days + 1)]
+    lookback = [config.ds - dt.timedelta(days=i) for i in range(1, _lookback_days(registry) + 1)]
     known_ids = rows.select("impression_id").unionByName(
-        _impression_ids_before(spark, plan.landing, plan.table, lookback))
+        _impression_ids_before(spark, plan.landing, plan.table, lookback, published))
     orphans = labels.where(F.col("ds") == format_ds(plan.ds)).join(known_ids, "impression_id", "left_anti").count()
     return _LabelCounts(
         matched=int(stats["matched"] or 0),
@@ -460,7 +485,7 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
     say(f"{config.dataset} ds={ds}: reading impressions and labels of {format_ds(plan.days[0])} .. "
         f"{format_ds(plan.days[-1])} ({plan.input_bytes:,} bytes)")  # fmt: skip
     flat, raw_labels = _read(spark, config, plan)
-    # a small day's plans run interpreted (warehouse/confs.py); a setting the user gave is kept
+    # a small day's plans run interpreted, without AQE (warehouse/confs.py); a setting the user gave is kept
     with runtime_confs(spark, input_size_confs(plan.input_bytes), keep_set=True), \
             persisted(flat) as flat, persisted(raw_labels) as raw_labels:  # fmt: skip
         say(f"{config.dataset} ds={ds}: parsing and quarantining bad records")
@@ -471,13 +496,18 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
         impressions = dedup_impressions(flat.where(F.col(VALID_COLUMN)), rows=found.impressions_read)
         counted = feature_rows(impressions, attribute_labels(impressions, labels, registry), registry, plan.ds,
                                label_counts=True)  # fmt: skip
+        published = _published_before(spark, plan)
         with persisted(counted) as counted:  # computed once: counted, validated and written from the same blocks
-            label_counts = _label_counts(spark, config, plan, counted, labels)
+            say(f"{config.dataset} ds={ds}: validating the partition (quality gate)")
+            # the label counts' sums ride in the gate's pass over the rows
+            report, sums = validate_with(counted, registry, plan.ds, history_before(published, registry, plan.ds),
+                                         extra=_label_count_sums(registry))  # fmt: skip
             flat.unpersist()  # the rows are materialised: the parsed records are no longer needed
+            label_counts = _label_counts(spark, config, plan, counted, labels, published, sums)
             rows = counted.drop(*label_count_columns(registry))  # read from the same persisted blocks
             gate = audit_and_publish(spark, registry, rows, table=plan.table, day=config.ds, run_id=plan.run_id,
                                      home=config.home, quarantined=(found.bad["impressions"], found.bad["labels"]),
-                                     stats=config.stats, progress=say)  # fmt: skip
+                                     judged=report, stats=config.stats, progress=say)  # fmt: skip
     elapsed_s = time.monotonic() - started
     job_list = tuple(explain(jobs.listed(), root=str(REPO_ROOT), run=_job_description(config))) \
         if config.explain_jobs else ()  # fmt: skip

@@ -49,7 +49,7 @@ from schemas.names import format_ds, validate_name
 from schemas.paths import local_path
 from schemas.progress import Progress, silent
 from schemas.registry import DatasetRegistry
-from warehouse.quality import QualityReport, trailing_history, validate
+from warehouse.quality import History, QualityReport, trailing_history, validate
 from warehouse.catalog import ensure_catalog_table
 from warehouse.stats import PartitionStats, published_stats, write_partition_stats
 from warehouse.tables import CONFLICTS, CommitMetrics, replace_partition, retry_conflicts, table_location
@@ -180,7 +180,8 @@ class Override:
 def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: DataFrame, *, table: str, day: dt.date,
                       run_id: str, home: Path, quarantined: tuple[int | None, int | None] = (None, None),
                       staged: str | None = None, override: Override | None = None, stats: bool = True,
-                      judged: QualityReport | None = None, progress: Progress = silent) -> GateOutcome:  # fmt: skip
+                      judged: QualityReport | None = None, history: History | None = None,
+                      progress: Progress = silent) -> GateOutcome:  # fmt: skip
     """The gate on one partition's ``rows``: validate them against the trailing history of ``table``, write
     the report, publish them if they passed, record the decision.
 
@@ -193,6 +194,8 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
     ``quarantined``: the run's bad (impression, label) records, for the record; None where not counted.
     ``judged``: the rows' report, judged already with the history the days before them left
     (:func:`warehouse.quality.judge`, from a metrics pass over several days): it is not validated again.
+    ``history``: the trailing history of ``table`` before ``day`` (:func:`warehouse.quality.history_before`), read
+    already by the caller; by default it is read here (:func:`warehouse.quality.trailing_history`).
     ``stats``: once published, compute the partition's catalog statistics from ``rows`` (two more passes
     over them) and write them; see the module docstring.
     """
@@ -204,8 +207,9 @@ def audit_and_publish(spark: SparkSession, registry: DatasetRegistry, rows: Data
     if override is None:
         if judged is None:
             progress(f"{registry.dataset} ds={ds}: validating the partition (quality gate)")
-        report = judged if judged is not None else validate(rows, registry, day,
-                                                             trailing_history(spark, table, registry, day))
+        if judged is None and history is None:
+            history = trailing_history(spark, table, registry, day)
+        report = judged if judged is not None else validate(rows, registry, day, history)
         report_path = write_report(home, report, run_id)
     commit = None
     if override is not None or report.success:

@@ -394,9 +394,18 @@ def validate(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: 
     failed expectations itself with ``SUMMARY`` results so that the report says what was observed
     (counts, examples of unexpected values).
     """
+    return validate_with(frame, registry, ds, history, extra={})[0]
+
+
+def validate_with(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: History, *,
+                  extra: Mapping[str, str]) -> tuple[QualityReport, dict[str, Any]]:  # fmt: skip
+    """:func:`validate`, and the caller's ``extra`` aggregates of ``frame`` (name -> SQL text) in the same pass:
+    the report and the extras' values by name. ``frame`` may hold columns of the caller's beside the partition's."""
     suite = expectations(registry, ds, history)
-    verdicts, counted = _judge(frame, suite, _counts(registry))
-    return _report(frame, registry, ds, history, verdicts, counted)
+    counts = _counts(registry)
+    verdicts, values = _judge(frame, suite, {**counts, **{f"extra {name}": text for name, text in extra.items()}})
+    report = _report(frame, registry, ds, history, verdicts, {name: values[name] for name in counts})
+    return report, {name: values[f"extra {name}"] for name in extra}
 
 
 def judge(frame: DataFrame, registry: DatasetRegistry, ds: dt.date, history: History,
