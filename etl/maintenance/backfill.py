@@ -1,20 +1,24 @@
-"""Backfill a derived feature into past partitions, one partition per Delta commit.
+"""Backfill derived features into past partitions, one partition per Delta commit.
 
     featurehouse backfill --dataset ads --feature item_ctr_7d_log --from 2026-11-01 --to 2026-11-05
+    featurehouse backfill --dataset ads --feature item_ctr_7d_log --feature user_topic_x_item_topic --from ... --to ...
     spark-submit etl/maintenance/backfill.py --dataset ads --feature item_ctr_7d_log --from ... --to ...
+
+Several features (``--feature`` repeated) are filled together: each partition is rewritten,
+verified and given its statistics once for all of them.
 
 For each ds of the range that the table has, in order:
 
-* rows whose value already equals the expression's are counted; if all do, the
+* rows whose values already equal the expressions' are counted; if all do, the
   partition is skipped (a second run changes nothing and commits nothing);
-* otherwise the partition is rewritten with the feature recomputed (Delta's
+* otherwise the partition is rewritten with the features recomputed (Delta's
   replaceWhere on that ds: one commit, nothing half-published);
 * the commit is then verified against the version before it: the same row count,
   every other column identical (an order-free fingerprint of their values), and
-  every row holding the expression's value. A failed check stops the job and names
+  every row holding the expressions' values. A failed check stops the job and names
   the versions to ``RESTORE`` from;
 * a rewritten partition's catalog statistics (``featurehouse_catalog.feature_stats``) are then
-  recomputed at that commit, so they describe the backfilled feature too.
+  recomputed at that commit, so they describe the backfilled features too.
 
 Partitions are read and rewritten whole; run it when no label join writes the same ds.
 """
@@ -23,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -45,13 +51,18 @@ from warehouse.tables import current_version, replace_partition, table_name
 
 @dataclass(frozen=True, kw_only=True)
 class BackfillConfig(DatasetJobConfig):
-    feature: str
+    features: tuple[str, ...]  # filled together: one rewrite of each partition
     start: dt.date
     end: dt.date
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        validate_name("feature", self.feature)
+        if not self.features:
+            raise ConfigError("no feature to backfill; name one or more derived features with --feature")
+        for name in self.features:
+            validate_name("feature", name)
+        if len(set(self.features)) != len(self.features):
+            raise ConfigError(f"--feature names a feature twice ({', '.join(self.features)}); name each once")
         if self.end < self.start:
             raise ConfigError(f"--to {self.end} is before --from {self.start}; give the range in order")
 
@@ -75,8 +86,7 @@ class PartitionBackfill:
 @dataclass(frozen=True)
 class BackfillSummary:
     dataset: str
-    feature: str
-    expression: str
+    expressions: tuple[tuple[str, str], ...]  # (feature, its derived expression), in the order given
     table: str
     days: tuple[str, ...]
     partitions: tuple[PartitionBackfill, ...]
@@ -87,7 +97,8 @@ class BackfillSummary:
         absent = [d for d in self.days if d not in present]
         written = [p for p in self.partitions if p.version is not None]
         lines = [
-            f"backfill {self.table}.{self.feature} = {self.expression}, ds {self.days[0]} .. {self.days[-1]}",
+            *(f"backfill {self.table}.{name} = {expression}" for name, expression in self.expressions),
+            f"  ds {self.days[0]} .. {self.days[-1]}",
             *(f"  {p.format()}" for p in self.partitions),
             f"  {len(written)} partitions written, {len(self.partitions) - len(written)} already filled, "
             f"{len(absent)} not in the table" + (f" ({', '.join(absent)})" if absent else ""),
@@ -119,23 +130,23 @@ def _fingerprint(frame: DataFrame, columns: Sequence[str], check: Column) -> Row
     ).first()
 
 
-def backfill_partition(spark: SparkSession, table: str, feature: Feature, day: dt.date) -> PartitionBackfill:
-    """Fill ``feature`` into partition ``day`` of ``table`` (see the module docstring)."""
+def backfill_partition(spark: SparkSession, table: str, features: Sequence[Feature], day: dt.date) -> PartitionBackfill:
+    """Fill ``features`` into partition ``day`` of ``table``, in one commit (see the module docstring)."""
     started = time.monotonic()
     ds = format_ds(day)
-    value = derived_column(feature, day)
+    values = {feature.name: derived_column(feature, day) for feature in features}
     version = current_version(spark, table)
 
     def at(v: int) -> DataFrame:
         return spark.read.option("versionAsOf", v).table(table).where(F.col("ds") == ds)
 
     before = at(version)
-    others = [c for c in before.columns if c != feature.name]
-    same = F.col(feature.name).eqNullSafe(value)
+    others = [c for c in before.columns if c not in values]
+    same = reduce(operator.and_, [F.col(name).eqNullSafe(value) for name, value in values.items()])
     old = _fingerprint(before, others, same)
     if old["mismatched"] == 0:
         return PartitionBackfill(ds, int(old["rows"]), 0, None, time.monotonic() - started)
-    commit = replace_partition(spark, table, before.withColumn(feature.name, value), day)
+    commit = replace_partition(spark, table, before.withColumns(values), day)
     new = _fingerprint(at(commit.version), others, same)
     problems = []
     if new["rows"] != old["rows"]:
@@ -143,10 +154,10 @@ def backfill_partition(spark: SparkSession, table: str, feature: Feature, day: d
     if new["fingerprint"] != old["fingerprint"]:
         problems.append("other columns changed")
     if new["mismatched"]:
-        problems.append(f"{new['mismatched']:,} rows differ from the expression")
+        problems.append(f"{new['mismatched']:,} rows differ from the expressions")
     if problems:
         raise TableError(
-            f"backfill of {feature.name} into {table} ds={ds} wrote version {commit.version} but its check failed: "
+            f"backfill of {', '.join(values)} into {table} ds={ds} wrote version {commit.version} but its check failed: "
             f"{'; '.join(problems)}. Undo it with RESTORE TABLE {table} TO VERSION AS OF {version} "
             "(if nothing else was written since) and report the bug"
         )
@@ -154,11 +165,11 @@ def backfill_partition(spark: SparkSession, table: str, feature: Feature, day: d
 
 
 def run(spark: SparkSession, config: BackfillConfig, *, progress: Progress | None = None) -> BackfillSummary:
-    """Backfill ``config.feature`` into the table's partitions from ``config.start`` to ``config.end``."""
+    """Backfill ``config.features`` into the table's partitions from ``config.start`` to ``config.end``."""
     started = time.monotonic()
     say = progress or silent
     registry = load_dataset(config.dataset, config.registry_dir)
-    feature = _derived_feature(registry, config.feature)
+    features = [_derived_feature(registry, name) for name in config.features]
     validate_derived(spark, registry)
     if not spark.catalog.tableExists(table_name(config.dataset)):
         raise TableError(
@@ -175,33 +186,36 @@ def run(spark: SparkSession, config: BackfillConfig, *, progress: Progress | Non
     )
     results = []
     for i, day in enumerate(present, start=1):
-        say(f"backfill {feature.name} ds={format_ds(day)} ({i}/{len(present)})")
-        result = backfill_partition(spark, table, feature, day)
+        say(f"backfill {', '.join(config.features)} ds={format_ds(day)} ({i}/{len(present)})")
+        result = backfill_partition(spark, table, features, day)
         if result.version is not None:
             stats = refresh_partition_stats(spark, registry, day, table=table, version=result.version)
             result = replace(result, stats_version=stats.catalog_version, seconds=result.seconds + stats.elapsed_s)
         results.append(result)
         say(f"  {result.format()}")
     return BackfillSummary(
-        config.dataset, feature.name, feature.derived or "", table, days, tuple(results), time.monotonic() - started
+        config.dataset, tuple((f.name, f.derived or "") for f in features), table, days, tuple(results),
+        time.monotonic() - started,
     )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> BackfillConfig:
     parser = argparse.ArgumentParser(
         prog="featurehouse backfill",
-        description="Fill a derived feature into past partitions of featurehouse.<dataset>, one Delta commit per "
+        description="Fill derived features into past partitions of featurehouse.<dataset>, one Delta commit per "
         "partition, verifying that no other column changed. Partitions already filled are skipped.",
     )
     parser.add_argument("--dataset", required=True, help="dataset name; its registry is <registry-dir>/<dataset>.yaml")
-    parser.add_argument("--feature", required=True, help="the derived feature to fill (it has a derived: expression)")
+    parser.add_argument("--feature", dest="features", action="append", required=True,
+                        help="a derived feature to fill (it has a derived: expression); repeat it to fill several in "
+                        "one rewrite of each partition")  # fmt: skip
     parser.add_argument("--from", dest="start", required=True, help="first ds to fill, YYYY-MM-DD")
     parser.add_argument("--to", dest="end", required=True, help="last ds to fill, YYYY-MM-DD (inclusive)")
     add_common_arguments(parser)
     ns = parser.parse_args(argv)
     return BackfillConfig(
         dataset=ns.dataset,
-        feature=ns.feature,
+        features=tuple(ns.features),
         start=parse_ds(ns.start, what="--from"),
         end=parse_ds(ns.end, what="--to"),
         **common_settings(ns),

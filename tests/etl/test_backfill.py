@@ -61,10 +61,11 @@ def add_to_registry(registry_dir: Path, dataset: str, features: list[dict]) -> N
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
-def run_backfill(spark, registry_dir: Path, dataset: str, feature: str, tmp_path: Path) -> backfill.BackfillSummary:
+def run_backfill(spark, registry_dir: Path, dataset: str, feature: str | tuple[str, ...],
+                 tmp_path: Path) -> backfill.BackfillSummary:  # fmt: skip
     config = backfill.BackfillConfig(
-        dataset=dataset, feature=feature, start=dt.date(2026, 10, 31), end=dt.date(2026, 11, 3), home=tmp_path,
-        registry_dir=registry_dir,
+        dataset=dataset, features=(feature,) if isinstance(feature, str) else feature, start=dt.date(2026, 10, 31),
+        end=dt.date(2026, 11, 3), home=tmp_path, registry_dir=registry_dir,
     )  # fmt: skip
     return backfill.run(spark, config)
 
@@ -114,3 +115,35 @@ def test_backfill_refuses_a_feature_that_is_not_derived(spark, joined, tmp_path)
     with pytest.raises(RegistryError, match=r"derived expression of feature 'item_price_log' \(log1p\(label_click\)\)"
                                             r".*never labels"):
         run_backfill(spark, registry_dir, dataset, "item_price_log", tmp_path)
+
+
+def test_several_features_are_filled_in_one_commit_per_partition(spark, joined, tmp_path):
+    registry_dir, dataset, table = joined
+    before = {r.impression_id: r for r in spark.table(table).collect()}
+    add_to_registry(registry_dir, dataset, DERIVED)
+
+    both = run_backfill(spark, registry_dir, dataset, ("item_price_log", "user_topic_x_item"), tmp_path)
+    versions = [p.version for p in both.partitions]
+    assert [p.ds for p in both.partitions] == DAYS and [p.changed for p in both.partitions] == [6, 6, 6]
+    assert versions == list(range(versions[0], versions[0] + 3)) and version(spark, table) == versions[-1]
+    assert all(p.stats_version is not None for p in both.partitions)
+    after = spark.table(table).collect()
+    assert len(after) == 18
+    for r in after:
+        old = before[r.impression_id]
+        assert r.item_price_log == (None if old.item_price is None else pytest.approx(math.log1p(old.item_price), rel=1e-6))
+        assert len(r.user_topic_x_item) == len(old.user_topic_ids or [])
+    assert "backfill featurehouse.%s.item_price_log = log1p(item_price)" % dataset in both.format()
+
+    again = run_backfill(spark, registry_dir, dataset, ("user_topic_x_item", "item_price_log"), tmp_path)
+    assert [(p.version, p.changed) for p in again.partitions] == [(None, 0)] * 3 and version(spark, table) == versions[-1]
+
+
+@pytest.mark.parametrize("features, message", [((), "no feature to backfill"),
+                                               (("a", "b", "a"), "names a feature twice")])  # fmt: skip
+def test_a_backfill_of_no_feature_or_a_repeated_one_is_refused(tmp_path, features, message):
+    from schemas.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        backfill.BackfillConfig(dataset="ads", features=features, start=dt.date(2026, 11, 1), end=dt.date(2026, 11, 2),
+                                home=tmp_path)  # fmt: skip
