@@ -31,7 +31,8 @@ metastore, which its first catalog call opens; for (b) the session alone; for (c
 import and one query). "With start-up" adds start-up round i to run i at every size.
 
 Printed: seconds and rows/s (impression records read per second), the ratios to (a) round by
-round, (a)'s steps from its progress lines, the Spark jobs (a) and (b) launched, and peak
+round (and (s)/(b): the gate without the statistics against the plain job), (a)'s steps from its progress
+lines ("validating" includes the rows' first pass, which computes and persists them), the Spark jobs (a) and (b) launched, and peak
 resident memory of the process doing the work (the JVM's for (a) and (b), this process's for (c)
 and (d)), reset before each run to its current size: a JVM keeps the heap it grew, so for (a)
 and (b) it bounds the run's need from above, and for (c) and (d) it includes this process's own
@@ -431,6 +432,10 @@ def _size_figures(results: dict[str, list[dict]], keys: list[str], startup_too: 
             by[k]["a/this"] = ratio(results["a"], results[k])
             if startup_too:
                 by[k]["a/this with start-up"] = ratio(with_start["a"], with_start[k])
+    if "s" in by and "b" in by:  # the fixed-cost issue's targets are of (s) over (b): the gate without the statistics
+        by["b"]["s/this"] = ratio(results["s"], results["b"])
+        if startup_too:
+            by["b"]["s/this with start-up"] = ratio(with_start["s"], with_start["b"])
     return by
 
 
@@ -474,6 +479,10 @@ def report_size(size: int, by: dict) -> str:
         rel = f" (a)/({k}) {f['a/this']['median']:.2f}x" if "a/this" in f else ""
         if "a/this with start-up" in f:
             rel += f", with start-up {f['a/this with start-up']['median']:.2f}x"
+        if "s/this" in f:
+            rel += f"; (s)/({k}) {f['s/this']['median']:.2f}x"
+            if "s/this with start-up" in f:
+                rel += f", with start-up {f['s/this with start-up']['median']:.2f}x"
         start = f", with start-up {f['with_startup']['median']:.1f}s" if "with_startup" in f else ""
         before = f" ({f['rss_before_mib']['median']:,.0f} before the run)" if "rss_before_mib" in f else ""
         jobs = f", {f['spark_jobs']['median']:.0f} Spark jobs" if f.get("spark_jobs", {}).get("median") else ""

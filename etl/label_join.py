@@ -498,7 +498,7 @@ def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None
                                label_counts=True)  # fmt: skip
         published = _published_before(spark, plan)
         with persisted(counted) as counted:  # computed once: counted, validated and written from the same blocks
-            say(f"{config.dataset} ds={ds}: validating the partition (quality gate)")
+            say(f"{config.dataset} ds={ds}: validating the partition (quality gate; its pass computes the joined rows)")
             # the label counts' sums ride in the gate's pass over the rows
             report, sums = validate_with(counted, registry, plan.ds, history_before(published, registry, plan.ds),
                                          extra=_label_count_sums(registry))  # fmt: skip
