@@ -199,9 +199,10 @@ def runtime_confs(spark: SparkSession, confs: Mapping[str, str], *, keep_set: bo
 #:   session). Without it a shuffle has ``spark.sql.shuffle.partitions`` partitions (8 on the embedded default)
 #:   and joins are planned from the inputs' size estimates.
 #:
-#: Both together at 80,000 impressions (248 MB of landing JSON), ``--no-stats``, second and third runs in a started
-#: session: 24.5 and 22.2 s (15 jobs) against 28.7 and 26.5 s (30 jobs) with code generation and AQE (2026-12-06);
-#: hence the threshold of 256 MiB (it was 64 MiB, from the 20,000-impression measurement alone).
+#: Not raised past 64 MiB: at 80,000 impressions (248 MB of landing JSON) the join without statistics ran faster
+#: with both off (22.1 s against 23.0 s, ``bench/label_join.py`` medians of 3, 2026-12-06), but the default join,
+#: with the statistics, ran slower (37.4 s against 31.4 s: the statistics' aggregate, 15.1 s against 9.8 s, is
+#: the query that gains most from generated code).
 #:
 #: The results are the same: the interpreted expressions are the ones the code is generated from, and AQE
 #: changes how a plan is run, not what it computes. Larger inputs were not measured, so they keep both.
@@ -210,7 +211,7 @@ SMALL_INPUT_CONFS = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.adaptive.enabled": "false",
 }
-SMALL_INPUT_BYTES = 256 * 2**20
+SMALL_INPUT_BYTES = 64 * 2**20
 
 
 def input_size_confs(input_bytes: int) -> dict[str, str]:
