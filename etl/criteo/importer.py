@@ -49,7 +49,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from etl.records.landing import RAW_COLUMN, ROW_ID_COLUMN, path_exists
+from etl.records.landing import RAW_COLUMN, ROW_ID_COLUMN, bytes_under, path_exists
 from etl.records.quarantine import (
     PROBLEM_COLUMN,
     VALID_COLUMN,
@@ -78,6 +78,7 @@ from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DEFAULT_REGISTRY_DIR, DatasetRegistry, load_registry
 from schemas.spark import feature_type
 from warehouse.command import run_spark_job
+from warehouse.confs import input_size_confs, runtime_confs
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
 from warehouse.flags import add_common_arguments, common_settings
@@ -430,37 +431,39 @@ def run(spark: SparkSession, config: CriteoImportConfig, *, progress: Progress |
     for index, uri in enumerate(uris):
         days = config.days(index)
         span = format_ds(days[0]) + (f" .. {format_ds(days[-1])}" if len(days) > 1 else "")
-        say(f"{config.dataset}: reading {uri} -> ds {span}")
-        parsed = parse(read_lines(spark, uri), label).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            numbered, total = number_lines(spark, parsed)
-            sizes = split_sizes(total, len(days))
-            numbered = numbered.withColumn("ds", day_column(days, sizes) if total else F.lit(format_ds(days[0])))
-            counts = {r["ds"]: r.asDict() for r in numbered.groupBy("ds").agg(
-                F.count(F.lit(1)).alias("lines"), F.count_if(~F.col(VALID_COLUMN)).alias("bad"),
-                F.coalesce(F.sum(label), F.lit(0)).alias("clicks"), F.min("line").alias("first")).collect()}  # fmt: skip
-            bad = sum(c["bad"] for c in counts.values())
-            say(f"{config.dataset}: {total:,} lines in {_file_name(uri)}, {bad:,} malformed")
-            refusals = {day: _refused_before_gate(config, registry, *_counts(counts.get(format_ds(day), {}))[:2])
-                        for day in days}  # fmt: skip
-            judged = [day for day in days if refusals[day] is None]
-            with ExitStack() as stack:
-                gated, metrics, published = None, {}, {}
-                if judged:
-                    gated = stack.enter_context(persisted(_gated_rows(numbered, registry, uri, judged)))
-                    say(f"{config.dataset}: computing the quality metrics of ds {span} (one pass)")
-                    metrics = metrics_by_day(gated, registry, judged)
-                    first_day = judged[0] - dt.timedelta(days=registry.quality.history_days)
-                    published = published_days(spark, table, registry, first_day, judged[-1])
-                for day in days:
-                    result = _import_day(spark, config, registry, table, numbered, counts.get(format_ds(day), {}),
-                                         day=day, source=uri, file_empty=total == 0, refused=refusals[day], gated=gated,
-                                         metrics=metrics.get(format_ds(day)), published=published, run_id=run_id,
-                                         now=now, progress=say)  # fmt: skip
-                    results.append(result)
-                    say(result.format())
-        finally:
-            parsed.unpersist()
+        # a small file's plans run interpreted and without AQE, as a small label join's (warehouse/confs.py)
+        with runtime_confs(spark, input_size_confs(bytes_under(spark, [uri])), keep_set=True):
+            say(f"{config.dataset}: reading {uri} -> ds {span}")
+            parsed = parse(read_lines(spark, uri), label).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                numbered, total = number_lines(spark, parsed)
+                sizes = split_sizes(total, len(days))
+                numbered = numbered.withColumn("ds", day_column(days, sizes) if total else F.lit(format_ds(days[0])))
+                counts = {r["ds"]: r.asDict() for r in numbered.groupBy("ds").agg(
+                    F.count(F.lit(1)).alias("lines"), F.count_if(~F.col(VALID_COLUMN)).alias("bad"),
+                    F.coalesce(F.sum(label), F.lit(0)).alias("clicks"), F.min("line").alias("first")).collect()}  # fmt: skip
+                bad = sum(c["bad"] for c in counts.values())
+                say(f"{config.dataset}: {total:,} lines in {_file_name(uri)}, {bad:,} malformed")
+                refusals = {day: _refused_before_gate(config, registry, *_counts(counts.get(format_ds(day), {}))[:2])
+                            for day in days}  # fmt: skip
+                judged = [day for day in days if refusals[day] is None]
+                with ExitStack() as stack:
+                    gated, metrics, published = None, {}, {}
+                    if judged:
+                        gated = stack.enter_context(persisted(_gated_rows(numbered, registry, uri, judged)))
+                        say(f"{config.dataset}: computing the quality metrics of ds {span} (one pass)")
+                        metrics = metrics_by_day(gated, registry, judged)
+                        first_day = judged[0] - dt.timedelta(days=registry.quality.history_days)
+                        published = published_days(spark, table, registry, first_day, judged[-1])
+                    for day in days:
+                        result = _import_day(spark, config, registry, table, numbered, counts.get(format_ds(day), {}),
+                                             day=day, source=uri, file_empty=total == 0, refused=refusals[day], gated=gated,
+                                             metrics=metrics.get(format_ds(day)), published=published, run_id=run_id,
+                                             now=now, progress=say)  # fmt: skip
+                        results.append(result)
+                        say(result.format())
+            finally:
+                parsed.unpersist()
     summary = CriteoImportSummary(config.dataset, table, run_id, str(registry_path), written,
                                   quarantine_table(config.dataset), tuple(results), time.monotonic() - started)  # fmt: skip
     if summary.refused:
