@@ -286,10 +286,10 @@ def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetR
     this_day_labels = raw_labels.where(F.col("ds") == ds)
     # both kinds' counts in one job: the impressions' and this ds's labels' judged records, unioned
     is_impression, is_label = F.col("_impression"), ~F.col("_impression")
-    counted = flat.select(F.lit(True).alias("_impression"), VALID_COLUMN, "_unknown").unionByName(
+    records = flat.select(F.lit(True).alias("_impression"), VALID_COLUMN, "_unknown").unionByName(
         this_day_labels.select(F.lit(False).alias("_impression"), VALID_COLUMN,
                                F.lit(None).cast("array<string>").alias("_unknown")))  # fmt: skip
-    stats = counted.agg(
+    stats = records.agg(
         F.count_if(is_impression).alias("impressions"),
         F.count_if(is_impression & is_bad).alias("bad_impressions"),
         F.sum(F.when(is_impression & ~is_bad, F.size("_unknown")).otherwise(0)).alias("unknown_values"),
@@ -419,8 +419,8 @@ def _label_count_sums(registry: DatasetRegistry) -> dict[str, str]:
 
 
 def _label_counts(spark: SparkSession, config: LabelJoinConfig, plan: _Plan, rows: DataFrame, labels: DataFrame,
-                  published: Mapping[str, DayCounts], stats: Mapping[str, int | None]) -> _LabelCounts:  # fmt: skip
-    """The label counts: ``stats``, the sums of :func:`_label_count_sums` over the persisted ``rows``; and this ds's
+                  published: Mapping[str, DayCounts], sums: Mapping[str, int | None]) -> _LabelCounts:  # fmt: skip
+    """The label counts: ``sums``, those of :func:`_label_count_sums` over the persisted ``rows``; and this ds's
     orphan labels."""
     registry = plan.registry
     known_types = [label.name for label in registry.labels]
@@ -429,9 +429,9 @@ def _label_counts(spark: SparkSession, config: LabelJoinConfig, plan: _Plan, row
         _impression_ids_before(spark, plan.landing, plan.table, lookback, published))
     orphans = labels.where(F.col("ds") == format_ds(plan.ds)).join(known_ids, "impression_id", "left_anti").count()
     return _LabelCounts(
-        matched=int(stats["matched"] or 0),
-        duplicates=int(stats["matched"] or 0) - int(stats["distinct_pairs"] or 0),
-        outside_window={name: int(stats[f"out_{name}"] or 0) for name in known_types},
+        matched=int(sums["matched"] or 0),
+        duplicates=int(sums["matched"] or 0) - int(sums["distinct_pairs"] or 0),
+        outside_window={name: int(sums[f"out_{name}"] or 0) for name in known_types},
         orphans=int(orphans),
     )
 
