@@ -4,17 +4,19 @@
     featurehouse stream --dataset ads --source kafka --bootstrap 127.0.0.1:9092 --trigger continuous --interval 30s
     .venv/bin/spark-submit $(featurehouse spark-args) etl/stream/job.py --dataset ads --source files --trigger available-now
 
-The plan is :mod:`etl.stream.plan` (the batch job's parse, flatten and quarantine, one
-stream-stream join); each micro-batch is written by :class:`etl.stream.plan.BatchWriter`,
-exactly once (Delta ``txnAppId``/``txnVersion``, checkpoint under ``<home>/streams/<dataset>``).
+The plan is :mod:`etl.stream.plan` (the batch job's parse, flatten and quarantine over both
+sources as one stream of records, no join); each micro-batch is staged by
+:class:`etl.stream.writer.BatchWriter`, exactly once (Delta ``txnAppId``/``txnVersion``, checkpoint
+under ``<home>/streams/<dataset>``), and judged by the stream's own watermark (:mod:`etl.stream.marks`).
 
 Where rows become visible:
 
-* a joined row is in ``featurehouse_staging.<dataset>_stream`` as soon as its micro-batch commits:
-  an impression with a label when the label arrives, one without when its longest window closes;
-* a ds is in ``featurehouse.<dataset>`` once the watermark has passed the end of the ds plus the
-  longest window and the ds passed the quality gate: after that micro-batch, the stream runs
-  ``featurehouse stream-publish`` (:mod:`etl.stream.publish`) as a process of its own.
+* an impression (with its features) and a label are in ``featurehouse_staging.<dataset>_stream_records``
+  as soon as their micro-batch commits; the view ``featurehouse_staging.<dataset>_stream`` joins them;
+* a ds is in ``featurehouse.<dataset>`` once it is closed (the watermark has passed its end plus the
+  longest window, and the impressions its end) and passed the quality gate: after that micro-batch
+  (or at start, for a day closed before a restart), the stream runs ``featurehouse stream-publish``
+  (:mod:`etl.stream.publish`) as a process of its own.
 
 The stream itself never opens the metastore (its session has no Hive catalog; every table is
 addressed by path), so on the embedded default other commands run beside it; only the short
@@ -39,12 +41,14 @@ from enum import StrEnum
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from tenacity import Retrying, retry_if_result, wait_fixed
 
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
 from etl.records.landing import RecordKind, path_exists
 from etl.records.quarantine import SCHEMA as QUARANTINE_SCHEMA
-from etl.stream.plan import plan, read_files, read_kafka, staging_columns
+from etl.stream.marks import MarkLog
+from etl.stream.plan import KIND, plan, read_files, read_kafka, record_columns
 from etl.stream.tables import (
     DAYS_SCHEMA,
     LATE_LABELS_SCHEMA,
@@ -53,6 +57,7 @@ from etl.stream.tables import (
 )
 from etl.stream.writer import BatchCounts, BatchWriter
 from schemas.paths import landing_location
+from schemas.bad_records import check_max_bad_fraction
 from schemas.config import POSITIVE_INT, DatasetJobConfig, satisfies
 from schemas.errors import (
     EXIT_REFUSED,
@@ -100,10 +105,12 @@ class StreamConfig(DatasetJobConfig):
     max_files: int | None = None
     max_offsets: int | None = None
     publish: bool = True
+    max_bad_fraction: float | None = None  # None: the registry's quality.max_bad_fraction
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_topic_prefix(self.topic_prefix)
+        check_max_bad_fraction(self.max_bad_fraction)
         if self.source is Source.KAFKA and not self.bootstrap:
             raise ConfigError("--source kafka needs --bootstrap HOST:PORT, the broker to read from "
                               "(e.g. --bootstrap 127.0.0.1:9092)")  # fmt: skip
@@ -130,8 +137,10 @@ class StreamSummary:
     records: int = 0
     rows_out: int = 0
     quarantined: int = 0
+    late_impressions: int = 0
     late_labels: int = 0
     watermark: dt.datetime | None = None
+    closed_through: dt.date | None = None
     published: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -148,21 +157,20 @@ class StreamSummary:
             f"stream {self.dataset} ({self.source}, {self.trigger}): {how}",
             f"  micro-batches      {self.batches:,}",
             f"  records in         {self.records:,} ({self.records_per_second:,.0f}/s over {self.elapsed_s:.1f}s)",
-            f"  rows staged        {self.rows_out:,} -> {tables.name('staging')}",
-            f"  quarantined        {self.quarantined:,} -> {tables.name('quarantine')}",
+            f"  records staged     {self.rows_out:,} -> {tables.name('records')} (joined: {tables.name('staging')})",
+            f"  quarantined        {self.quarantined:,} -> {tables.name('quarantine')}"
+            + (f" ({self.late_impressions:,} late impressions)" if self.late_impressions else ""),
             f"  late labels        {self.late_labels:,} -> {tables.name('late_labels')}",
-            f"  watermark          {self.watermark.isoformat() if self.watermark else 'none yet'}",
-            f"  published days     {', '.join(self.published) or 'none'}"
+            f"  watermark          {self.watermark.isoformat() if self.watermark else 'none yet'}; days closed "
+            f"through {format_ds(self.closed_through) if self.closed_through else 'none yet'}",
+            f"  published days     {', '.join(self.published) or self._none_published()}"
             + (f"; REFUSED {', '.join(self.refused)}" if self.refused else ""),
         ])  # fmt: skip
 
-
-def closed_through(watermark: dt.datetime, registry: DatasetRegistry) -> dt.date | None:
-    """The last ds whose every window has closed under ``watermark``: its end plus the longest window is before it."""
-    if watermark.year < 1971:  # no event seen yet
-        return None
-    start = (watermark - registry.max_window - dt.timedelta(microseconds=1)).date()
-    return start - dt.timedelta(days=1)
+    def _none_published(self) -> str:
+        if self.closed_through is None:
+            return "none (no day has closed yet)"
+        return f"none new (every closed day through {format_ds(self.closed_through)} was decided before)"
 
 
 def _sources(spark: SparkSession, config: StreamConfig) -> tuple[DataFrame, DataFrame]:
@@ -197,6 +205,8 @@ def publish_command(config: StreamConfig, through: dt.date) -> list[str]:
             "--through", format_ds(through), "--home", str(config.home)]  # fmt: skip
     if config.registry_dir is not None:
         args += ["--registry-dir", str(config.registry_dir)]
+    if config.max_bad_fraction is not None:
+        args += ["--max-bad-fraction", str(config.max_bad_fraction)]
     for key, value in config.spark_conf.items():
         if key not in STREAM_CONFS:  # the publish process opens the metastore
             args += ["--conf", f"{key}={value}"]
@@ -222,24 +232,27 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
     tables = StreamTables(config.home, config.dataset)
     publisher = publisher or (lambda through: _publish_process(config, through, say))
     summary = StreamSummary(config.dataset, config.source.value, config.trigger.value)
+    marks = MarkLog(tables.checkpoint)
+    marks.claim()  # before the query starts: a checkpoint of the previous plan is refused
     impression_lines, label_lines = _sources(spark, config)
-    output = plan(registry, impression_lines, label_lines, delay=f"{int(config.watermark_delay.total_seconds())} seconds")
-    staged_schema = output.select(*staging_columns(registry)).schema
-    tables.create(spark, "staging", staged_schema, partitioned=True)
+    output = plan(registry, impression_lines, label_lines)
+    records_schema = output.select(F.col(KIND).alias("record"), *record_columns(registry)[1:]).schema
+    tables.create(spark, "records", records_schema, partitioned=True)
     tables.create(spark, "quarantine", QUARANTINE_SCHEMA, partitioned=True)
     tables.create(spark, "late_labels", LATE_LABELS_SCHEMA)
     tables.create(spark, "progress", PROGRESS_SCHEMA)
     tables.create(spark, "days", DAYS_SCHEMA)
     run_id = new_run_id()
-    writer = BatchWriter(registry, tables, run_id)
+    writer = BatchWriter(registry, tables, run_id, config.watermark_delay)
     writer_stream = output.writeStream.foreachBatch(writer).option("checkpointLocation", str(tables.checkpoint))
     if config.trigger is Trigger.AVAILABLE_NOW:
         writer_stream = writer_stream.trigger(availableNow=True)
     else:
         writer_stream = writer_stream.trigger(processingTime=f"{int(config.interval.total_seconds())} seconds")
-    say(f"stream {config.dataset}: {config.source.value} -> {tables.name('staging')} ({config.trigger.value}, "
+    say(f"stream {config.dataset}: {config.source.value} -> {tables.name('records')} ({config.trigger.value}, "
         f"watermark delay {config.watermark_delay}, checkpoint {tables.checkpoint})")  # fmt: skip
     state = _Loop(config, registry, tables, writer, summary, say, publisher, run_id)
+    state.resume(spark)  # days closed before a restart (a publish that was stopped) are decided first
     with _stop_requests() as stop_requested:
         query = writer_stream.queryName(f"featurehouse_stream_{config.dataset}").start()
         try:
@@ -277,15 +290,31 @@ class _Loop:
     last_batch: int = -1
     published_through: dt.date | None = None
 
+    def resume(self, spark: SparkSession) -> None:
+        """Before the first micro-batch: the watermark and closed days the last committed batch left; days closed
+        then and not decided yet (a publish stopped by a crash) are published now."""
+        marks = self.writer.marks.through(self.writer.marks.last_committed())
+        self.summary.watermark = marks.watermark(self.config.watermark_delay)
+        self._close(spark, marks.closed_through(self.registry, self.config.watermark_delay))
+
     def after_batches(self, progresses: Sequence[dict], spark: SparkSession, *, final: bool = False) -> None:
         new = [p for p in progresses if p["batchId"] > self.last_batch and p["batchId"] in self.writer.counts]
         rows = [self._account(p) for p in new]
         if rows:
             self.tables.append(spark.createDataFrame(rows, PROGRESS_SCHEMA), "progress")
-        watermark = self.summary.watermark
-        through = closed_through(watermark, self.registry) if watermark else None
-        due = through is not None and (self.published_through is None or through > self.published_through)
-        if self.config.publish and due and (new or final):
+        if new or final:
+            # the marks through the last committed batch: what the next batch will judge its records by
+            marks = self.writer.marks.through(self.last_batch)
+            self.summary.watermark = marks.watermark(self.config.watermark_delay)
+            self._close(spark, marks.closed_through(self.registry, self.config.watermark_delay))
+
+    def _close(self, spark: SparkSession, through: dt.date | None) -> None:
+        """Days through ``through`` are closed: publish those staged and not decided yet."""
+        if through is None:
+            return
+        self.summary.closed_through = through
+        due = self.published_through is None or through > self.published_through
+        if self.config.publish and due:
             if self.tables.waiting_days(spark, through):
                 self._publish(through)
             else:
@@ -295,27 +324,27 @@ class _Loop:
         batch_id = int(progress["batchId"])
         counts: BatchCounts = self.writer.counts[batch_id]
         self.last_batch = batch_id
-        state = progress.get("stateOperators") or []
+        state = progress.get("stateOperators") or []  # none since the records plan: reported as Spark gives it
         state_rows = sum(int(s.get("numRowsTotal", 0)) for s in state)
         memory = sum(int(s.get("memoryUsedBytes", 0)) for s in state)
-        dropped = sum(int(s.get("numRowsDroppedByWatermark", 0)) for s in state)
         s = self.summary
         s.batches += 1
         s.records += counts.input_records
-        s.rows_out += counts.output_rows
+        s.rows_out += counts.staged
         s.quarantined += counts.quarantined
+        s.late_impressions += counts.late_impressions
         s.late_labels += counts.late_labels
-        watermark = _parse_time(progress.get("eventTime", {}).get("watermark"))
-        s.watermark = max(filter(None, (s.watermark, watermark)), default=None)
+        watermark = counts.watermark
         duration = int(progress.get("durationMs", {}).get("triggerExecution", 0))
         self.progress(f"stream {self.config.dataset} batch {batch_id}: {counts.input_records:,} records in, "
-                 f"{counts.output_rows:,} rows staged, {counts.quarantined:,} quarantined, {counts.late_labels:,} late "
-                 f"labels, watermark {watermark.isoformat() if watermark else '-'}, state {state_rows:,} rows / "
-                 f"{memory / 2**20:.1f} MiB, {duration / 1000:.1f}s")  # fmt: skip
+                      f"{counts.staged:,} staged, {counts.quarantined:,} quarantined, {counts.late_impressions:,} late "
+                      f"impressions, {counts.late_labels:,} late labels, watermark "
+                      f"{watermark.isoformat() if watermark else '-'}, {duration / 1000:.1f}s")  # fmt: skip
         return {"dataset": self.config.dataset, "source": self.config.source.value, "run_id": self.run_id,
                 "batch_id": batch_id, "batch_time": _parse_time(progress.get("timestamp")),
-                "input_rows": counts.input_records, "output_rows": counts.output_rows,
-                "quarantined": counts.quarantined, "late_labels": counts.late_labels, "late_rows_dropped": dropped,
+                "input_rows": counts.input_records, "output_rows": counts.staged,
+                "quarantined": counts.quarantined, "late_labels": counts.late_labels,
+                "late_rows_dropped": counts.late_impressions + counts.late_labels,
                 "watermark": watermark, "state_rows": state_rows, "state_memory_bytes": memory,
                 "duration_ms": duration, "published": None}  # fmt: skip
 
@@ -334,7 +363,7 @@ class _Loop:
             if self.config.trigger is Trigger.AVAILABLE_NOW:
                 raise FeaturehouseError(f"stream {self.config.dataset}: {message}; run `featurehouse stream-publish "
                                         f"--dataset {self.config.dataset} --through {format_ds(through)}` once the "
-                                        "metastore is free")  # fmt: skip
+                                        "metastore is free, or run the stream again")  # fmt: skip
             self.progress(f"stream {self.config.dataset}: {message}; retried after the next micro-batch")
 
 
@@ -372,6 +401,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Kafka records of each topic per micro-batch (default: all new records)")
     parser.add_argument("--no-publish", action="store_true",
                         help="only stage: do not run stream-publish when days close")
+    parser.add_argument("--max-bad-fraction", type=float, default=None, metavar="SHARE",
+                        help="refuse a closed ds if more than this share of its impression or label records is "
+                        "malformed (default: the registry's quality.max_bad_fraction, 0.01 unless set); bad records "
+                        "are quarantined either way")  # fmt: skip
     add_common_arguments(parser)
 
 
@@ -403,6 +436,7 @@ def parse_args(argv: Sequence[str] | None = None) -> StreamConfig:
         max_files=ns.max_files_per_trigger,
         max_offsets=ns.max_offsets_per_trigger,
         publish=not ns.no_publish,
+        max_bad_fraction=ns.max_bad_fraction,
         **common_settings(ns),
     )
 

@@ -1,23 +1,18 @@
-"""The streaming label join's plan: sources parsed as the batch job parses them, one stream-stream join.
+"""The streaming label join's plan: both sources parsed as the batch job parses them, as one stream of records.
 
 Lines come from the landing folders (a file stream) or from Kafka; after :func:`read_files` or
 :func:`read_kafka` there is one code path. Records are parsed (:func:`etl.records.landing.parse_json_lines`),
 flattened and judged (:func:`etl.records.flatten.flatten_impressions`, :func:`etl.records.quarantine.label_valid`)
 by the batch job's own functions, with each record's ds its own (a stream spans days).
 
-Valid impressions are joined with valid labels on ``impression_id`` where
-``impression time <= label time <= impression time + the longest window``, a left outer
-stream-stream join with a watermark on both event times: a matched pair is emitted as soon as both
-sides have arrived; an impression is emitted alone once the watermark has passed the end of its
-longest window (its label types that did not arrive are then 0). Each label type's own window
-is applied when a ds is published (:mod:`etl.stream.publish`), as the batch job applies it.
-
-The query's output, one micro-batch at a time, is the union of five kinds of rows (``_kind``), in
-three branches (the join, every impression record, every label record):
-``row`` (the join's output), ``impression`` (each valid impression as it arrives, to count it),
-``bad_impression`` and ``bad_label`` (records to quarantine, with the batch job's reasons), and
-``label`` (every valid label of the batch: those behind the watermark, which the join drops, are
-kept as late labels). :class:`etl.stream.writer.BatchWriter` writes them.
+The plan has no join and no stateful operator: the query's output, one micro-batch at a time, is
+the union of every impression record and every label record, each with its ``_kind``:
+``impression`` and ``label`` (valid records), ``bad_impression`` and ``bad_label`` (records to
+quarantine, with the batch job's reasons). :class:`etl.stream.writer.BatchWriter` stages the
+valid ones (an impression with its features, once, on arrival; a label as it is) and judges
+which arrived too late; impressions meet their labels in the staging view
+(:func:`etl.stream.tables.staging_sql`) and when a closed day is published (:mod:`etl.stream.publish`).
+Each source is scanned once per micro-batch.
 """
 
 from __future__ import annotations
@@ -35,7 +30,7 @@ from schemas.registry import DatasetRegistry
 from schemas.spark import impression_record_schema, label_event_schema
 
 KIND = "_kind"
-#: Where each joined row came from: the impression's copy (file or Kafka partition, line or offset) and its label's.
+#: A staging row's label: its type, time and where it came from (file or Kafka partition, line or offset).
 LABEL_COLUMNS = ["label_type", "label_time", "label_file", "label_line"]
 #: Any line break Hadoop's text reader ends a line at (it reads \n, \r and \r\n).
 LINE_BREAK = r"\r\n|\r|\n"
@@ -89,51 +84,17 @@ def record_ds(lines: DataFrame) -> Column:
     return folder_ds()
 
 
-def window_interval(registry: DatasetRegistry) -> Column:
-    seconds = int(registry.max_window.total_seconds())
-    return F.expr(f"INTERVAL {seconds} SECONDS")
-
-
-def plan(registry: DatasetRegistry, impression_lines: DataFrame, label_lines: DataFrame, *, delay: str) -> DataFrame:
-    """The streaming query's output (see the module docstring); ``delay``: the watermark delay, e.g. ``"1 hour"``."""
+def plan(registry: DatasetRegistry, impression_lines: DataFrame, label_lines: DataFrame) -> DataFrame:
+    """The streaming query's output: every record of both sources, judged (see the module docstring)."""
     records = parse_json_lines(impression_lines, impression_record_schema(registry), record_ds(impression_lines))
     flat = flatten_impressions(records, registry, None)
     labels = parse_json_lines(label_lines, label_event_schema(), record_ds(label_lines))
     labels = labels.withColumn(VALID_COLUMN, label_valid([label.name for label in registry.labels]))
-
-    impressions = flat.where(F.col(VALID_COLUMN)).select(*staged_impression_columns(registry))
-    valid_labels = labels.where(F.col(VALID_COLUMN)).select(
-        F.col("impression_id").alias("_label_impression_id"),
-        "label_type",
-        F.col("event_time").alias("label_time"),
-        F.col("source_file").alias("label_file"),
-        F.col("line").alias("label_line"),
-        F.col("ds").alias("_label_ds"),
-    )
-    i, lab = impressions.withWatermark("event_time", delay), valid_labels.withWatermark("label_time", delay)
-    joined = i.join(
-        lab,
-        (F.col("_label_impression_id") == F.col("impression_id"))
-        & (F.col("label_time") >= F.col("event_time"))
-        & (F.col("label_time") <= F.col("event_time") + window_interval(registry)),
-        "leftOuter",
-    ).drop("_label_impression_id", "_label_ds")
     valid = F.col(VALID_COLUMN)
-    kinds = [
-        joined.withColumn(KIND, F.lit("row")),
-        # Every record once more, in one branch per source (each branch scans its source again): a good
-        # impression only to be counted, so its columns are dropped; a bad one whole, for the quarantine.
-        flat.select(*[c if c in ("impression_id", "ds") else F.when(~valid, F.col(c)).alias(c) for c in flat.columns
-                      if c != VALID_COLUMN],
-                    F.when(valid, "impression").otherwise("bad_impression").alias(KIND)),  # fmt: skip
-        labels.select("*", F.col("event_time").alias("label_time"), F.col("source_file").alias("label_file"),
-                      F.col("line").alias("label_line"), F.when(valid, "label").otherwise("bad_label").alias(KIND))
-        .drop(VALID_COLUMN),  # fmt: skip
-    ]
-    out = kinds[0]
-    for frame in kinds[1:]:
-        out = out.unionByName(frame, allowMissingColumns=True)
-    return out
+    impressions = flat.select(*[c for c in flat.columns if c != VALID_COLUMN],
+                              F.when(valid, "impression").otherwise("bad_impression").alias(KIND))  # fmt: skip
+    labels = labels.select("*", F.when(valid, "label").otherwise("bad_label").alias(KIND)).drop(VALID_COLUMN)
+    return impressions.unionByName(labels, allowMissingColumns=True)
 
 
 def staged_impression_columns(registry: DatasetRegistry) -> list[str]:
@@ -143,4 +104,11 @@ def staged_impression_columns(registry: DatasetRegistry) -> list[str]:
 
 
 def staging_columns(registry: DatasetRegistry) -> list[str]:
+    """The columns of the staging view (:func:`etl.stream.tables.staging_sql`): an impression's and its label's."""
     return [*staged_impression_columns(registry), *LABEL_COLUMNS]
+
+
+def record_columns(registry: DatasetRegistry) -> list[str]:
+    """The staged records' columns: ``record`` (impression or label), an impression's columns (a label's
+    ``event_time``, ``source_file``, ``line`` and ``ds`` are its own; its features are null), ``label_type``."""
+    return ["record", *staged_impression_columns(registry), "label_type"]

@@ -10,9 +10,10 @@ For each staged ds up to ``--through`` that has no decision yet, in order:
 
 * the copies of each impression collapse to one, as in the batch job: the earliest event time,
   then the first file and line (Kafka: partition and offset);
-* its labels count where ``0 <= label time - impression time <= the window of their type``
-  (the join matched them within the longest window), else 0;
-* more than ``max_bad_fraction`` malformed impression records refuse the ds, as in batch;
+* its staged labels (those of the ds and of the days its longest window reaches) count where
+  ``0 <= label time - impression time <= the window of their type``, else 0;
+* more than ``max_bad_fraction`` (``--max-bad-fraction``, else the registry's) malformed impression
+  records of the ds, or malformed label records of the ds, refuse it before the gate, as in batch;
 * the rows are validated and published by :func:`warehouse.publish.audit_and_publish`, the batch
   job's gate: a passing ds replaces its partition of ``featurehouse.<dataset>`` in one commit, a
   refused one is kept in a staging table of its run for ``featurehouse publish``;
@@ -23,15 +24,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from etl.records.attribution import feature_rows, window_micros
-from etl.stream.tables import DAYS_SCHEMA, StreamTables
-from schemas.bad_records import bad_fraction_limit, too_many_bad
+from etl.stream.crash import kill_point
+from etl.stream.tables import DAYS_SCHEMA, IMPRESSION, LABEL, StreamTables
+from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_many_bad
 from schemas.config import DatasetJobConfig
 from schemas.errors import EXIT_REFUSED, DataRefusedError
 from schemas.names import format_ds, parse_ds
@@ -43,10 +47,18 @@ from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import persisted
 
+if TYPE_CHECKING:
+    from etl.stream.job import StreamConfig
+
 
 @dataclass(frozen=True, kw_only=True)
 class StreamPublishConfig(DatasetJobConfig):
     through: dt.date
+    max_bad_fraction: float | None = None  # None: the registry's quality.max_bad_fraction
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_max_bad_fraction(self.max_bad_fraction)
 
 
 @dataclass(frozen=True)
@@ -73,17 +85,19 @@ class StreamPublishSummary:
         return "\n".join(lines)
 
 
-def day_rows(staged: DataFrame, registry: DatasetRegistry, ds: dt.date) -> DataFrame:
-    """The feature table's rows of ``ds`` from the stream's staged join output (see the module docstring)."""
-    rows = staged.where(F.col("ds") == format_ds(ds))
+def day_rows(records: DataFrame, registry: DatasetRegistry, ds: dt.date) -> DataFrame:
+    """The feature table's rows of ``ds`` from the stream's staged records (see the module docstring)."""
+    rows = records.where((F.col("record") == IMPRESSION) & (F.col("ds") == format_ds(ds)))
     copy = F.struct("event_time", "source_file", "split_start", "line")
     winners = rows.groupBy("impression_id").agg(F.min(copy).alias("_first")).select(
         "impression_id", *[F.col(f"_first.{c}").alias(c) for c in ("event_time", "source_file", "split_start", "line")]
     )
     kept = rows.join(winners, ["impression_id", "event_time", "source_file", "split_start", "line"], "left_semi")
-    delay = F.unix_micros("label_time") - F.unix_micros("event_time")
-    attributed = kept.where(F.col("label_type").isNotNull()).select(
-        "impression_id", "label_type", delay.alias("delay_us"),
+    last_label_day = ds + dt.timedelta(days=math.ceil(registry.max_window / dt.timedelta(days=1)))
+    labels = records.where((F.col("record") == LABEL) & F.col("ds").between(format_ds(ds), format_ds(last_label_day)))
+    delay = F.unix_micros(F.col("l.event_time")) - F.unix_micros(F.col("i.event_time"))
+    attributed = kept.alias("i").join(labels.alias("l"), "impression_id").select(
+        "impression_id", F.col("l.label_type").alias("label_type"), delay.alias("delay_us"),
     ).withColumn("in_window", (F.col("delay_us") >= 0) & (F.col("delay_us") <= window_micros(registry)))
     return feature_rows(kept.dropDuplicates(["impression_id"]), attributed, registry, ds)
 
@@ -94,11 +108,11 @@ def run(spark: SparkSession, config: StreamPublishConfig, *, progress: Progress 
     registry = load_dataset(config.dataset, config.registry_dir)
     tables = StreamTables(config.home, config.dataset)
     tables.create(spark, "days", DAYS_SCHEMA)
-    tables.register(spark)
+    tables.register(spark, registry)
     table, changes = prepare_for_write(spark, registry)
     for change in changes:
         say(f"{config.dataset}: {change.action.value} {change.detail}")
-    staged = tables.read(spark, "staging")
+    staged = tables.read(spark, "records")
     through = format_ds(config.through)
     waiting = tables.waiting_days(spark, config.through)  # the ds strings of Spark rows
     decisions = [_decide(spark, config, registry, tables, table, staged, parse_ds(ds), say) for ds in waiting]
@@ -109,20 +123,31 @@ def _decide(spark: SparkSession, config: StreamPublishConfig, registry: DatasetR
             table: str, staged: DataFrame, day: dt.date, progress: Progress) -> DayDecision:  # fmt: skip
     run_id = new_run_id()
     ds = format_ds(day)
-    bad = tables.read(spark, "quarantine").where(F.col("ds") == ds).groupBy("stream").count().collect()
+    # malformed records of the ds by source (late impressions are quarantined too, but are not malformed)
+    bad = (tables.read(spark, "quarantine").where((F.col("ds") == ds) & (F.col("problem") != "late"))
+           .groupBy("stream").count().collect())  # fmt: skip
     bad_by_stream = {r["stream"]: int(r["count"]) for r in bad}
     late = tables.read(spark, "late_labels")
     with persisted(day_rows(staged, registry, day)) as rows:
-        read = rows.count() + bad_by_stream.get("impressions", 0)
-        bad_imps = bad_by_stream.get("impressions", 0)
+        bad_imps, bad_labels = bad_by_stream.get("impressions", 0), bad_by_stream.get("labels", 0)
+        read = rows.count() + bad_imps
+        # the label records of the ds, as batch counts them: every record of the ds, valid (staged or late) or not
+        labels_read = (staged.where((F.col("record") == LABEL) & (F.col("ds") == ds)).count()
+                       + late.where(F.col("ds") == ds).count() + bad_labels)  # fmt: skip
         late_labels = late.join(rows.select("impression_id"), "impression_id", "left_semi").count()
-        if too_many := too_many_bad(bad_imps, read, bad_fraction_limit(registry.quality), what="impression records"):
-            detail = f"{too_many}; see {tables.name('quarantine')} WHERE ds = '{ds}'"
+        limit = bad_fraction_limit(registry.quality, config.max_bad_fraction)
+        refusals = [too_many_bad(bad_imps, read, limit, what=f"impression records of ds {ds}"),
+                    too_many_bad(bad_labels, labels_read, limit, what=f"label records of ds {ds}")]  # fmt: skip
+        if too_many := "; ".join(filter(None, refusals)):
+            detail = (f"{too_many}; see {tables.name('quarantine')} WHERE ds = '{ds}'. Fix the logs and publish the "
+                      "day with the batch label join, or allow more with the stream's --max-bad-fraction (or "
+                      "quality.max_bad_fraction in the registry)")  # fmt: skip
             _record(spark, tables, day, "refused", run_id, read - bad_imps, late_labels, None, None)
             progress(f"{config.dataset} ds={ds}: refused before the gate: {detail}")
             return DayDecision(ds, False, read - bad_imps, late_labels, detail)
         gate = audit_and_publish(spark, registry, rows, table=table, day=day, run_id=run_id, home=config.home,
-                                 quarantined=(bad_imps, bad_by_stream.get("labels", 0)), progress=progress)  # fmt: skip
+                                 quarantined=(bad_imps, bad_labels), progress=progress)  # fmt: skip
+    kill_point("published")
     decision = "published" if gate.published else "refused"
     _record(spark, tables, day, decision, run_id, gate.report.rows, late_labels, str(gate.report_path),
             None if gate.published else gate.staged)  # fmt: skip
@@ -137,7 +162,7 @@ def _record(spark: SparkSession, tables: StreamTables, ds: dt.date, decision: st
     tables.append(spark.createDataFrame([row], DAYS_SCHEMA), "days")
 
 
-def in_process_publisher(spark: SparkSession, config: DatasetJobConfig, *, progress: Progress | None = None
+def in_process_publisher(spark: SparkSession, config: StreamConfig, *, progress: Progress | None = None
                          ) -> Callable[[dt.date], int]:  # fmt: skip
     """A ``publisher`` for :func:`etl.stream.job.run` that decides the closed days in this session, not in a process
     of its own: for a session that already holds the metastore (the demo, tests); returns this command's exit status.
@@ -148,6 +173,7 @@ def in_process_publisher(spark: SparkSession, config: DatasetJobConfig, *, progr
     def publish(through: dt.date) -> int:
         summary = run(spark, StreamPublishConfig(
             dataset=config.dataset, through=through, home=config.home, registry_dir=config.registry_dir,
+            max_bad_fraction=config.max_bad_fraction,
         ), progress=progress)  # fmt: skip
         print(summary.format(), flush=True)
         return 0 if all(d.published for d in summary.decisions) else EXIT_REFUSED
@@ -163,9 +189,13 @@ def parse_args(argv: Sequence[str] | None = None) -> StreamPublishConfig:
     )
     parser.add_argument("--dataset", required=True, help="dataset name; its registry is <registry-dir>/<dataset>.yaml")
     parser.add_argument("--through", required=True, help="the last closed ds, YYYY-MM-DD: staged days up to it are decided")
+    parser.add_argument("--max-bad-fraction", type=float, default=None, metavar="SHARE",
+                        help="refuse a ds if more than this share of its impression or label records is malformed "
+                        "(default: the registry's quality.max_bad_fraction)")  # fmt: skip
     add_common_arguments(parser)
     ns = parser.parse_args(argv)
-    return StreamPublishConfig(dataset=ns.dataset, through=parse_ds(ns.through), **common_settings(ns))
+    return StreamPublishConfig(dataset=ns.dataset, through=parse_ds(ns.through), max_bad_fraction=ns.max_bad_fraction,
+                               **common_settings(ns))  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,8 +5,9 @@ The streaming job addresses every table it writes by path, so that it never open
 command out for its whole life). The publish step, a short process of its own, registers the
 paths under their names (``CREATE TABLE ... LOCATION``), so SQL sees them live::
 
-    <home>/streams/<dataset>/checkpoint     Spark's checkpoint (offsets, commits, join state)
-    <home>/streams/<dataset>/staging        featurehouse_staging.<dataset>_stream          joined rows, not yet gated
+    <home>/streams/<dataset>/checkpoint     Spark's checkpoint (offsets, commits), and the stream's marks
+    <home>/streams/<dataset>/records        featurehouse_staging.<dataset>_stream_records  staged records, not yet gated
+                                            featurehouse_staging.<dataset>_stream          a view: impressions joined to labels
     <home>/streams/<dataset>/quarantine     featurehouse_quarantine.<dataset>_stream       malformed records
     <home>/streams/<dataset>/late_labels    featurehouse_quarantine.<dataset>_late_labels  labels behind the watermark
     <home>/streams/<dataset>/days           featurehouse_staging.<dataset>_stream_days     the gate's decision per ds
@@ -28,7 +29,13 @@ from pyspark.sql import types as T
 from etl.records.quarantine import DATABASE as QUARANTINE_DATABASE
 from schemas.catalog import CATALOG_DATABASE
 from schemas.names import format_ds, validate_name
+from schemas.registry import DatasetRegistry
 from warehouse.publish import STAGING_DATABASE
+from warehouse.tables import in_metastore
+from etl.stream.plan import staged_impression_columns
+
+#: The ``record`` of a staged record: an impression (its features) or a label.
+IMPRESSION, LABEL = "impression", "label"
 
 LATE_LABELS_SCHEMA = T.StructType(
     [
@@ -58,9 +65,9 @@ PROGRESS_SCHEMA = T.StructType(
         T.StructField("output_rows", T.LongType(), True),  # rows appended to the staging table
         T.StructField("quarantined", T.LongType(), True),
         T.StructField("late_labels", T.LongType(), True),
-        T.StructField("late_rows_dropped", T.LongType(), True),  # Spark's count for the join (both streams)
+        T.StructField("late_rows_dropped", T.LongType(), True),  # records not joined: late impressions and labels
         T.StructField("watermark", T.TimestampType(), True),
-        T.StructField("state_rows", T.LongType(), True),
+        T.StructField("state_rows", T.LongType(), True),  # Spark's state store: none since the records plan
         T.StructField("state_memory_bytes", T.LongType(), True),
         T.StructField("duration_ms", T.LongType(), True),
         T.StructField("published", T.StringType(), True),  # days published after this batch, comma-separated
@@ -104,14 +111,15 @@ class StreamTables:
         return json.loads((self.checkpoint / "metadata").read_text().splitlines()[0])["id"]
 
     def path(self, table: str) -> str:
-        """The folder of ``table`` (staging, quarantine, late_labels, days; progress is shared by datasets)."""
+        """The folder of ``table`` (records, quarantine, late_labels, days; progress is shared by datasets)."""
         if table == "progress":
             return str(Path(self.home).resolve() / "streams" / "progress")
         return str(self.folder / table)
 
     def name(self, table: str) -> str:
         return {
-            "staging": f"{STAGING_DATABASE}.{self.dataset}_stream",
+            "staging": f"{STAGING_DATABASE}.{self.dataset}_stream",  # the view over the records
+            "records": f"{STAGING_DATABASE}.{self.dataset}_stream_records",
             "days": f"{STAGING_DATABASE}.{self.dataset}_stream_days",
             "quarantine": f"{QUARANTINE_DATABASE}.{self.dataset}_stream",
             "late_labels": f"{QUARANTINE_DATABASE}.{self.dataset}_late_labels",
@@ -134,18 +142,35 @@ class StreamTables:
         builder = DeltaTable.createIfNotExists(spark).location(self.path(table)).addColumns(schema)
         (builder.partitionedBy("ds") if partitioned else builder).execute()
 
-    def register(self, spark: SparkSession) -> None:
-        """Name every table of the stream in the metastore (``CREATE TABLE IF NOT EXISTS ... LOCATION``)."""
-        for table in ("staging", "days", "quarantine", "late_labels", "progress"):
+    def register(self, spark: SparkSession, registry: DatasetRegistry) -> None:
+        """Name every table of the stream in the metastore (``CREATE TABLE IF NOT EXISTS ... LOCATION``), and the
+        staging view over its records (:func:`staging_sql`)."""
+        for table in ("records", "days", "quarantine", "late_labels", "progress"):
             name = self.name(table)
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {name.split('.')[0]}")
             spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{self.path(table)}'")
+        view = self.name("staging")
+        if in_metastore(spark, view) and spark.sql(f"SHOW VIEWS IN {STAGING_DATABASE} LIKE '{view.split('.')[1]}'").isEmpty():
+            spark.sql(f"DROP TABLE {view}")  # the previous plan's staging table (external: its files stay)
+        spark.sql(f"CREATE OR REPLACE VIEW {view} AS {staging_sql(self.path('records'), registry)}")
+
+    def staged(self, spark: SparkSession, registry: DatasetRegistry) -> DataFrame:
+        """What readers query as the stream's staging (the view of :meth:`register`), read by path."""
+        return spark.sql(staging_sql(self.path("records"), registry))
 
     def waiting_days(self, spark: SparkSession, through: dt.date) -> list[str]:
-        """The staged days through ``through`` that have no decision yet (tables read by path: no metastore)."""
-        def days(table: str, upto: str | None = None) -> set[str]:
-            frame = self.read(spark, table)
-            frame = frame.where(F.col("ds") <= upto) if upto else frame
-            return {r.ds for r in frame.select("ds").distinct().collect()}
+        """The days with staged impressions through ``through`` that have no decision yet (read by path)."""
+        staged = self.read(spark, "records").where((F.col("ds") <= format_ds(through)) & (F.col("record") == IMPRESSION))
+        decided = {r.ds for r in self.read(spark, "days").select("ds").distinct().collect()}
+        return sorted({r.ds for r in staged.select("ds").distinct().collect()} - decided)
 
-        return sorted(days("staging", format_ds(through)) - days("days"))
+
+def staging_sql(records: str, registry: DatasetRegistry) -> str:
+    """The stream's staging as a query over its records (folder ``records``): each staged impression (every copy),
+    with each staged label of it within the longest window (``label_*`` columns), or one row with none."""
+    impression = ", ".join(f"i.`{c}`" for c in staged_impression_columns(registry))
+    seconds = int(registry.max_window.total_seconds())
+    return (f"SELECT {impression}, l.label_type, l.event_time AS label_time, l.source_file AS label_file, "
+            f"l.line AS label_line FROM delta.`{records}` i LEFT JOIN delta.`{records}` l "
+            f"ON l.record = '{LABEL}' AND l.impression_id = i.impression_id AND l.event_time >= i.event_time "
+            f"AND l.event_time <= i.event_time + INTERVAL {seconds} SECONDS WHERE i.record = '{IMPRESSION}'")

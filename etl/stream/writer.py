@@ -1,14 +1,12 @@
-"""``foreachBatch`` of the streaming label join: each micro-batch written into the stream's tables, exactly once."""
+"""``foreachBatch`` of the streaming label join: each micro-batch staged into the stream's tables, exactly once."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from etl.records.landing import RAW_COLUMN
@@ -18,102 +16,156 @@ from etl.records.quarantine import (
     with_impression_problem,
     with_label_problem,
 )
-from etl.stream.plan import KIND, staging_columns
-from etl.stream.tables import StreamTables
+from etl.stream.crash import kill_point
+from etl.stream.marks import MarkLog
+from etl.stream.plan import KIND, record_columns
+from etl.stream.tables import IMPRESSION, LABEL, StreamTables
+from schemas.names import format_ds
 from schemas.registry import DatasetRegistry
 from warehouse.tables import persisted
-
-
-def batch_watermark(checkpoint: Path, batch_id: int) -> dt.datetime:
-    """The event-time watermark micro-batch ``batch_id`` runs with: the join drops rows at or before it.
-
-    Spark writes it into the batch's entry of its offset log (``offsets/<id>``: a version line,
-    then the batch's metadata as JSON) before the batch runs, so a batch rerun after a crash
-    gets the same value. Structured Streaming offers no public call for it inside ``foreachBatch``.
-    """
-    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-    millis = int(json.loads(lines[1])["batchWatermarkMs"])
-    return dt.datetime.fromtimestamp(millis / 1000, dt.UTC)
 
 
 @dataclass(frozen=True)
 class BatchCounts:
     input_records: int
-    output_rows: int
-    quarantined: int
+    staged: int  # impressions and labels appended to the records table
+    quarantined: int  # malformed records and late impressions
+    late_impressions: int
     late_labels: int
-    watermark: dt.datetime
+    watermark: dt.datetime | None  # the watermark the batch judged its records by
+
+
+def _utc(micros: int | None) -> dt.datetime | None:
+    return None if micros is None else dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
+
+
+def _seconds(later: Column, earlier: Column) -> Column:
+    return F.unix_micros(later) / 1e6 - F.unix_micros(earlier) / 1e6
 
 
 @dataclass
 class BatchWriter:
-    """``foreachBatch``: writes one micro-batch into the stream's tables, each write idempotent.
+    """``foreachBatch``: stages one micro-batch, judging its records by the marks of the batches before it.
 
-    Every write is a Delta append tagged with ``txnAppId`` (the table and the checkpoint's query id,
-    stable across restarts) and ``txnVersion`` (the batch id): a batch run again after a crash skips
-    the writes that had committed and makes the others, so each row lands exactly once.
+    Valid impressions (with their features) and valid labels are appended to the records table as
+    they arrive, unless late (:mod:`etl.stream.marks`): a late impression is quarantined as ``late``,
+    a late label goes to the late-labels table. Malformed records are quarantined with the batch
+    job's reasons. Every write is a Delta append tagged with ``txnAppId`` (the table and the
+    checkpoint's query id, stable across restarts) and ``txnVersion`` (the batch id): a batch run
+    again after a crash skips the writes that had committed and makes the others, so each record
+    lands exactly once. The batch's marks are written last, before Spark's commit file.
     """
 
     registry: DatasetRegistry
     tables: StreamTables
     run_id: str  # this run of the stream: recorded with its quarantined records
+    delay: dt.timedelta
     counts: dict[int, BatchCounts] = field(default_factory=dict)
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
 
+    @property
+    def marks(self) -> MarkLog:
+        return MarkLog(self.tables.checkpoint)
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        watermark = batch_watermark(self.tables.checkpoint, batch_id)
-        is_late = (F.col(KIND) == "label") & (F.col("label_time") <= F.lit(watermark))
+        kill_point(f"between:{batch_id}")
+        before = self.marks.through(batch_id - 1)
+        watermark = before.watermark(self.delay)
+        closed = before.closed_through(self.registry, self.delay)
+        kind = F.col(KIND)
+        closed_ds = F.lit(format_ds(closed) if closed else "")  # "" sorts before every ds: nothing is closed
+        late_impression = (kind == IMPRESSION) & (F.col("ds") <= closed_ds)
+        # A label may be late only if the first day its impression can be on (its time less the longest window) is.
+        first_day = F.date_format(F.col("event_time") - F.expr(f"INTERVAL {int(self.registry.max_window.total_seconds())} "
+                                                               "SECONDS"), "yyyy-MM-dd")  # fmt: skip
+        maybe_late = (kind == LABEL) & (first_day <= closed_ds)
         with persisted(batch) as batch:
             stats = batch.agg(
-                F.count_if(F.col(KIND) != "row").alias("records"),
-                F.count_if(F.col(KIND) == "row").alias("rows"),
-                F.count_if(F.col(KIND).startswith("bad_")).alias("bad"),
-                F.count_if(is_late).alias("late"),
+                F.count("*").alias("records"),
+                F.count_if(kind.startswith("bad_")).alias("bad"),
+                F.count_if(late_impression).alias("late_impressions"),
+                F.count_if(maybe_late).alias("maybe_late"),
+                F.count_if(kind.isin(IMPRESSION, LABEL) & ~late_impression & ~maybe_late).alias("staged"),
+                # as microseconds since the epoch: a collected timestamp would be naive, in the session's time zone
+                F.max(F.when(kind == IMPRESSION, F.unix_micros("event_time"))).alias("newest_impression"),
+                F.max(F.when(kind == LABEL, F.unix_micros("event_time"))).alias("newest_label"),
             ).first()
-            if stats["rows"]:
-                self._append(batch.where(F.col(KIND) == "row").select(*staging_columns(self.registry)), "staging",
-                             batch_id)  # fmt: skip
-            if stats["bad"]:
-                self._append(self._quarantine(batch), "quarantine", batch_id)
-            if stats["late"]:
-                self._append(self._late(batch.where(is_late), watermark, batch_id), "late_labels", batch_id)
-        self.counts[batch_id] = BatchCounts(int(stats["records"]), int(stats["rows"]), int(stats["bad"]),
-                                            int(stats["late"]), watermark)  # fmt: skip
+            staged = batch.where(kind.isin(IMPRESSION, LABEL) & ~late_impression & ~maybe_late)
+            n_staged, late = int(stats["staged"]), None
+            if stats["maybe_late"]:
+                judged = self._judge_labels(batch, maybe_late, late_impression, closed)
+                late = judged.where(F.col("impression_time").isNotNull())
+                kept = judged.where(F.col("impression_time").isNull()).drop("impression_time")
+                staged = staged.unionByName(kept)
+                n_staged += int(stats["maybe_late"]) - (n_late := late.count())
+            if n_staged:
+                records = staged.select(kind.alias("record"), *record_columns(self.registry)[1:])
+                self._append(records, "records", batch_id)
+            kill_point(f"staged:{batch_id}")
+            if stats["bad"] or stats["late_impressions"]:
+                self._append(self._quarantine(batch, late_impression, watermark, closed), "quarantine", batch_id)
+            if late is not None and n_late:
+                self._append(self._late(late, watermark, batch_id), "late_labels", batch_id)
+        self.marks.write(batch_id, before.after(_utc(stats["newest_impression"]), _utc(stats["newest_label"])))
+        self.counts[batch_id] = BatchCounts(
+            int(stats["records"]), n_staged, int(stats["bad"]) + int(stats["late_impressions"]),
+            int(stats["late_impressions"]), n_late if late is not None else 0, watermark,
+        )  # fmt: skip
 
     def _append(self, rows: DataFrame, table: str, batch_id: int) -> None:
         app_id = f"featurehouse-stream:{self.tables.dataset}:{self.tables.query_id()}:{table}"
         self.tables.append(rows, table, txn=(app_id, batch_id))
 
-    def _quarantine(self, batch: DataFrame) -> DataFrame:
-        """The batch's bad records as quarantine rows, with the batch job's problems and reasons."""
+    def _judge_labels(self, batch: DataFrame, maybe_late: Column, late_impression: Column, closed: dt.date) -> DataFrame:
+        """The labels that may be late, each with its impression's time if that impression's ds is closed (late)."""
+        spark = batch.sparkSession
+        closed_impressions = (
+            self.tables.read(spark, "records")
+            .where((F.col("ds") <= format_ds(closed)) & (F.col("record") == IMPRESSION))
+            .select("impression_id", "event_time")
+            .unionByName(batch.where(late_impression).select("impression_id", "event_time"))
+            .groupBy("impression_id").agg(F.min("event_time").alias("impression_time"))
+        )  # fmt: skip
+        return batch.where(maybe_late).join(closed_impressions, "impression_id", "left")
+
+    def _quarantine(self, batch: DataFrame, late_impression: Column, watermark: dt.datetime | None,
+                    closed: dt.date | None) -> DataFrame:  # fmt: skip
+        """The batch's bad records with the batch job's problems and reasons, and its late impressions."""
         now = self.clock()
-        bad = batch.where(F.col(KIND).startswith("bad_"))
         empty_file = F.struct(F.lit("empty_file").alias("code"), F.lit("empty file").alias("reason"))
-        impressions = with_impression_problem(bad.where(F.col(KIND) == "bad_impression"), self.registry, None)
-        labels = with_label_problem(bad.where(F.col(KIND) == "bad_label"), [lab.name for lab in self.registry.labels])
+        impressions = with_impression_problem(batch.where(F.col(KIND) == "bad_impression"), self.registry, None)
+        labels = with_label_problem(batch.where(F.col(KIND) == "bad_label"), [lab.name for lab in self.registry.labels])
         rows = []
         for frame, stream in ((impressions, "impressions"), (labels, "labels")):
             frame = frame.withColumn(PROBLEM_COLUMN, F.when(F.col("line").isNull(), empty_file)
                                      .otherwise(F.col(PROBLEM_COLUMN)))  # fmt: skip
             frame = frame.withColumn(RAW_COLUMN, F.coalesce(RAW_COLUMN, F.lit("")))
             rows.append(numbered_quarantine_rows(frame, stream, self.run_id, now))
-        return rows[0].unionByName(rows[1])
+        if closed is not None:
+            reason = F.format_string(
+                f"arrived after its ds was closed (the stream had closed the days through {format_ds(closed)}; "
+                "its event time is %.0f s behind the watermark %s); rerun the batch label join of the ds to include it",
+                _seconds(F.lit(watermark), F.col("event_time")), F.lit(watermark.isoformat()))  # fmt: skip
+            late = batch.where(late_impression).withColumn(PROBLEM_COLUMN, F.struct(
+                F.lit("late").alias("code"), reason.alias("reason"))).withColumn(RAW_COLUMN, F.lit(""))  # fmt: skip
+            rows.append(numbered_quarantine_rows(late, "impressions", self.run_id, now))
+        out = rows[0]
+        for frame in rows[1:]:
+            out = out.unionByName(frame)
+        return out
 
     def _late(self, late: DataFrame, watermark: dt.datetime, batch_id: int) -> DataFrame:
-        """Labels behind the watermark, with how late they are and, where it was already staged, their impression."""
-        staged = (self.tables.read(late.sparkSession, "staging").join(late.select("impression_id"), "impression_id",
-                  "left_semi").groupBy("impression_id").agg(F.min("event_time").alias("impression_time")))  # fmt: skip
-        seconds = lambda later, earlier: F.unix_micros(later) / 1e6 - F.unix_micros(earlier) / 1e6  # noqa: E731
-        return late.join(staged, "impression_id", "left").select(
+        """Labels whose impression's ds was closed, with how late they are and their delay after the impression."""
+        return late.select(
             "impression_id",
             "label_type",
-            F.col("label_time").alias("event_time"),
+            "event_time",
             F.lit(watermark).alias("watermark"),
-            seconds(F.lit(watermark), F.col("label_time")).alias("late_by_s"),
+            _seconds(F.lit(watermark), F.col("event_time")).alias("late_by_s"),
             "impression_time",
-            seconds(F.col("label_time"), F.col("impression_time")).alias("delay_s"),
-            F.col("label_file").alias("source_file"),
-            F.col("label_line").alias("line"),
+            _seconds(F.col("event_time"), F.col("impression_time")).alias("delay_s"),
+            "source_file",
+            "line",
             F.lit(batch_id).cast("long").alias("batch_id"),
             F.lit(self.clock()).alias("recorded_at"),
             "ds",
