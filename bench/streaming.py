@@ -33,17 +33,16 @@ running, a thread sends generated days at ``--rate`` lines/s for about ``--secon
 (``etl.kafka.produce.run``). When the producer is done and the query's offsets have reached the topics'
 ends, the bench sends this process SIGINT, which stops the stream after its current micro-batch.
 
-Freshness of a staged row = the time its staging commit became visible (the modification time
-of the Delta log file ``_delta_log/<version>.json`` that added the row's Parquet file; Delta's
-history reports the same commits) minus the Kafka append time of the record that completed the
-row. A matched row (impression + label) is emitted once both have arrived: the completing record
-is the later of the two (almost always the label), found by ``label_file``/``label_line`` and
-``source_file``/``line`` (topic/partition, offset) in the topics read back with Spark's batch
-Kafka reader. An impression without a label is emitted only when the watermark passes the end of
-its 3-day window, i.e. after 3 days of *event time* have been replayed: that says how fast the
-replay advances event time, not how fresh the stream is, so those rows are reported on their own
-line and left out of the freshness figures. State rows and memory are the stream's own progress
-table (``<home>/streams/progress``), maximum and last micro-batch.
+Freshness of a label = the time it became visible joined to its impression's features in what
+readers query as staging (the view ``featurehouse_staging.ads_stream`` over the staged records:
+the later of the two records' staging commits, each the modification time of the Delta log file
+``_delta_log/<version>.json`` that added its Parquet file; Delta's history reports the same
+commits) minus the Kafka append time of the later of the two records (almost always the label),
+found by ``source_file``/``line`` (topic/partition, offset) in the topics read back with Spark's
+batch Kafka reader. Impressions without a label are visible with their features as soon as their
+own micro-batch commits; their figure is reported on its own line. The stream has no state store
+(its progress reports no state operator); what waits for a day to close is the staged records, whose
+size on disk is reported.
 """
 
 from __future__ import annotations
@@ -121,7 +120,7 @@ def progress_listener(spark):
 
 #: Seconds inside ``etl.stream.writer.BatchWriter`` per batch id of the stream now running (reset per run): the
 #: writer's whole call (addBatch's Python part), and each Delta append by table; the rest of the call is the
-#: micro-batch's own work: persisting it and the counts, which run the join.
+#: micro-batch's own work: persisting it, its counts and marks, and judging labels that may be late.
 WRITER: dict[int, dict[str, float]] = defaultdict(dict)
 
 
@@ -148,13 +147,13 @@ def instrument_writer() -> None:
     BatchWriter.__call__, BatchWriter._append = timed_call, timed_append
 
 
-WRITER_PARTS = ("writer", "join+counts", "staging", "quarantine", "late_labels")
+WRITER_PARTS = ("writer", "counts+judging", "records", "quarantine", "late_labels")
 
 
 def writer_parts(batch_id: int, writer: dict[int, dict[str, float]]) -> dict[str, float]:
     w = dict(writer.get(batch_id, {}))
     appends = sum(v for k, v in w.items() if k != "writer")
-    w["join+counts"] = w.get("writer", 0.0) - appends
+    w["counts+judging"] = w.get("writer", 0.0) - appends
     return w
 
 
@@ -272,7 +271,7 @@ class AvailableNowFileStream:
         t.publish_s.append(sum(spent))
         t.profiles.append(self.listener.batches(query_id, wait_for=summary.batches))
         t.writers.append({k: dict(v) for k, v in WRITER.items()})
-        t.notes.append(f"{summary.batches} micro-batches, {summary.records:,} records, {summary.rows_out:,} rows "
+        t.notes.append(f"{summary.batches} micro-batches, {summary.records:,} records, {summary.rows_out:,} records "
                        f"staged, published {', '.join(summary.published) or 'nothing'}, publish {sum(spent):.1f}s")
 
 
@@ -523,32 +522,41 @@ def freshness(spark, listener, home: Path, impressions: int, rate: float, second
 
 
 def _freshness_figures(spark, tables, kafka, out: dict) -> dict:
-    """Freshness per staged row, commits, join state: from the staging and progress tables and the topics."""
+    """Freshness of each staged label joined to its impression, from the records table, the view and the topics."""
     from pyspark.sql import functions as F
 
-    files = commit_times(Path(tables.path("staging")))
+    from schemas.registry import load_dataset
+
+    files = commit_times(Path(tables.path("records")))
     visible = spark.createDataFrame([(name, version, at) for name, (version, at) in files.items()],
                                     "file string, version long, visible double")  # fmt: skip
-    history = {r.version: r.timestamp for r in spark.sql(f"DESCRIBE HISTORY delta.`{tables.path('staging')}`")
+    history = {r.version: r.timestamp for r in spark.sql(f"DESCRIBE HISTORY delta.`{tables.path('records')}`")
                .select("version", "timestamp").collect()}  # fmt: skip
     out["history_vs_mtime_s"] = max((abs(history[v].replace(tzinfo=dt.UTC).timestamp() - at)
                                      for v, at in files.values() if v in history), default=float("nan"))  # fmt: skip
-    staged = (tables.read(spark, "staging")
-              .select(F.element_at(F.split("_metadata.file_path", "/"), -1).alias("file"), "source_file", "line",
-                      "label_file", "label_line")
-              .join(visible, "file", "left"))  # fmt: skip
-    imp = kafka.select(F.col("k_file").alias("source_file"), F.col("k_offset").alias("line"),
-                       F.col("k_time").alias("impression_time"))  # fmt: skip
-    lab = kafka.select(F.col("k_file").alias("label_file"), F.col("k_offset").alias("label_line"),
-                       F.col("k_time").alias("label_append"))  # fmt: skip
-    rows = staged.join(imp, ["source_file", "line"], "left").join(lab, ["label_file", "label_line"], "left").select(
-        F.col("label_file").isNotNull().alias("matched"), "visible", "impression_time", "label_append").collect()
-    matched = [r.visible - max(r.impression_time, r.label_append) for r in rows if r.matched]
-    unmatched = [r.visible - r.impression_time for r in rows if not r.matched]
-    out["label_last"] = sum(1 for r in rows if r.matched and r.label_append >= r.impression_time)
+    # when each staged record became visible: the commit that added its Parquet file
+    records = (tables.read(spark, "records")
+               .select(F.element_at(F.split("_metadata.file_path", "/"), -1).alias("file"), "source_file", "line")
+               .join(visible, "file", "left").drop("file"))  # fmt: skip
+    appended = kafka.select(F.col("k_file").alias("source_file"), F.col("k_offset").alias("line"), "k_time")
+    records = records.join(appended, ["source_file", "line"], "left")
+    imp = records.select("source_file", "line", F.col("visible").alias("i_visible"), F.col("k_time").alias("i_append"))
+    lab = records.select(F.col("source_file").alias("label_file"), F.col("line").alias("label_line"),
+                         F.col("visible").alias("l_visible"), F.col("k_time").alias("l_append"))  # fmt: skip
+    view = tables.staged(spark, load_dataset(DATASET, None))
+    rows = (view.select("source_file", "line", "label_file", "label_line")
+            .join(imp, ["source_file", "line"], "left").join(lab, ["label_file", "label_line"], "left")
+            .select(F.col("label_file").isNotNull().alias("matched"), "i_visible", "i_append", "l_visible", "l_append")
+            .collect())  # fmt: skip
+    resolved = [r for r in rows if r.i_visible is not None and r.i_append is not None
+                and (not r.matched or (r.l_visible is not None and r.l_append is not None))]  # fmt: skip
+    matched = [max(r.i_visible, r.l_visible) - max(r.i_append, r.l_append) for r in resolved if r.matched]
+    unmatched = [r.i_visible - r.i_append for r in resolved if not r.matched]
+    out["label_last"] = sum(1 for r in resolved if r.matched and r.l_append >= r.i_append)
     out["matched"], out["unmatched"] = matched, unmatched
-    out["unresolved"] = sum(1 for r in rows if r.visible is None or r.impression_time is None)
+    out["unresolved"] = len(rows) - len(resolved)
     out["commits"] = len({v for v, _ in files.values()})
+    out["records_bytes"] = sum(f.stat().st_size for f in Path(tables.path("records")).rglob("*.parquet"))
     states = (tables.read(spark, "progress").orderBy("batch_id")
               .select("batch_id", "state_rows", "state_memory_bytes", "input_rows", "output_rows").collect())  # fmt: skip
     out["state"] = states
@@ -594,33 +602,31 @@ def report_throughput(tp: dict) -> None:
 
 
 def report_freshness(fr: dict, ns: argparse.Namespace) -> None:
-    """Part 2's figures: rate, freshness of matched rows, unmatched ones apart, join state, micro-batches."""
+    """Part 2's figures: rate, freshness of labels, impressions alone apart, state, micro-batches."""
     s = fr["summary"]
     m, u = fr["matched"], fr["unmatched"]
     say(f"\n2. freshness: Kafka, continuous, interval {fr['interval']}s, {fr['days']} generated days of "
         f"{ns.impressions:,} impressions sent at --rate {ns.rate:g}")  # fmt: skip
     say(f"  rate achieved            {fr['sent'] / fr['send_s']:,.0f} lines/s ({fr['sent']:,} lines in "
         f"{fr['send_s']:.1f}s)")  # fmt: skip
-    say(f"  stream                   {s.batches} micro-batches, {s.records:,} records in, {s.rows_out:,} rows "
+    say(f"  stream                   {s.batches} micro-batches, {s.records:,} records in, {s.rows_out:,} records "
         f"staged in {fr['commits']} commits; caught up {fr.get('caught_up_after_s', float('nan')):.1f}s after "
         f"the producer ended; stopped by {s.stopped_by}")  # fmt: skip
-    say(f"  freshness, matched rows  median {statistics.median(m) if m else float('nan'):.1f}s, "
-        f"p95 {percentile(m, 0.95):.1f}s, max {max(m, default=float('nan')):.1f}s over {len(m):,} rows "
-        f"(label appended last in {fr['label_last']:,})")  # fmt: skip
-    say(f"  unmatched impressions    {len(u):,} rows, emitted when the watermark passed their 3d window: "
-        f"median {statistics.median(u) if u else float('nan'):.1f}s after the impression's append "
-        "(replay speed, not freshness; excluded above)")  # fmt: skip
+    say(f"  freshness, labels        median {statistics.median(m) if m else float('nan'):.1f}s, "
+        f"p95 {percentile(m, 0.95):.1f}s, max {max(m, default=float('nan')):.1f}s over {len(m):,} labels joined "
+        f"to their impression in the staging view (label appended last in {fr['label_last']:,})")  # fmt: skip
+    say(f"  impressions alone        {len(u):,} rows with no label: visible with their features "
+        f"median {statistics.median(u) if u else float('nan'):.1f}s after the impression's append")  # fmt: skip
     if fr["unresolved"]:
         say(f"  NOTE: {fr['unresolved']:,} staged rows had no commit time or Kafka record")
-    say(f"  (visible = the staging commit's _delta_log file mtime; DESCRIBE HISTORY differs from it by at "
+    say(f"  (visible = the records commit's _delta_log file mtime; DESCRIBE HISTORY differs from it by at "
         f"most {fr['history_vs_mtime_s']:.3f}s)")
     st = fr["state"]
     if st:
         rows_max = max(r.state_rows for r in st)
         mem_max = max(r.state_memory_bytes for r in st)
-        say(f"  join state               max {rows_max:,} rows / {mem_max / 2**20:.1f} MiB; last micro-batch "
-            f"{st[-1].state_rows:,} rows / {st[-1].state_memory_bytes / 2**20:.1f} MiB (3 days + 1h of event "
-            f"time at {ns.impressions:,} impressions/day, replayed fast)")  # fmt: skip
+        say(f"  Spark state              max {rows_max:,} rows / {mem_max / 2**20:.1f} MiB (no state store); staged "
+            f"records on disk {fr['records_bytes'] / 2**20:.1f} MiB")  # fmt: skip
     batches = fr["profile"]
     with_data = [b for b in batches if b["numInputRows"] > 0]
     scanned = sum(b["numInputRows"] for b in batches)
@@ -647,10 +653,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=300, help="Kafka lines/s the producer keeps to (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=75,
                         help="about how long the producer sends: days generated = rate * seconds / lines per day")
-    parser.add_argument("--interval", type=int, default=5, help="micro-batch interval of the Kafka stream, seconds")
+    parser.add_argument("--interval", type=int, default=1, help="micro-batch interval of the Kafka stream, seconds")
     parser.add_argument("--catch-up-timeout", type=float, default=180,
                         help="seconds to wait, after the producer ended, for the stream to reach the topics' ends")
-    parser.add_argument("--shuffle-partitions", type=int, default=2, help="spark.sql.shuffle.partitions (join state)")
+    parser.add_argument("--shuffle-partitions", type=int, default=2, help="spark.sql.shuffle.partitions")
     parser.add_argument("--home", type=Path, default=None, help="a fresh folder for the run (default: a temp dir)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["throughput", "freshness"], help="parts to leave out")
     ns = parser.parse_args()

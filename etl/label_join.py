@@ -319,7 +319,7 @@ def _quarantine(spark: SparkSession, config: LabelJoinConfig, registry: DatasetR
                          tuple(sorted(stats["unknown_names"] or [])), int(stats["unknown_values"] or 0))  # fmt: skip
     limit = bad_fraction_limit(registry.quality, config.max_bad_fraction)
     for kind, read in ((RecordKind.IMPRESSIONS.value, found.impressions_read), (RecordKind.LABELS.value, found.label_records)):
-        if too_many := too_many_bad(bad[kind], read, limit, what=f"{kind} records of ds {ds}"):
+        if too_many := too_many_bad(bad[kind], read, limit, what=f"{kind.removesuffix('s')} records of ds {ds}"):
             raise DataRefusedError(
                 f"{too_many}; nothing was staged or published. They are in {table} "
                 f"(SELECT problem, reason, source_file, line FROM {table} WHERE ds = '{ds}'); fix the "

@@ -35,8 +35,8 @@ def stream_and_compare(spark: SparkSession, home: Path, dataset: str, final: dic
     staged = registry_as_of(final, day, rename_on=rename_on) | {"dataset": name}
     (registry_dir / f"{name}.yaml").write_text(dump(staged, day))
     tables = StreamTables(home, name)
-    for table in (table_name(name), *(tables.name(t) for t in ("staging", "days", "quarantine", "late_labels"))):
-        spark.sql(f"DROP TABLE IF EXISTS {table}")  # left by an earlier demo run
+    spark.sql(f"DROP TABLE IF EXISTS {table_name(name)}")  # left by an earlier demo run
+    tables.unregister(spark)
     shutil.rmtree(tables.folder, ignore_errors=True)
     config = stream.StreamConfig(dataset=name, home=home, registry_dir=registry_dir)
     summary = stream.run(spark, config, progress=stderr_progress, publisher=in_process_publisher(spark, config))

@@ -149,10 +149,21 @@ class StreamTables:
             name = self.name(table)
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {name.split('.')[0]}")
             spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{self.path(table)}'")
+        self._drop_staging_table(spark)
+        spark.sql(f"CREATE OR REPLACE VIEW {self.name('staging')} AS {staging_sql(self.path('records'), registry)}")
+
+    def _drop_staging_table(self, spark: SparkSession) -> None:
+        """Drop the previous plan's staging table under the view's name (external: its files stay)."""
         view = self.name("staging")
         if in_metastore(spark, view) and spark.sql(f"SHOW VIEWS IN {STAGING_DATABASE} LIKE '{view.split('.')[1]}'").isEmpty():
-            spark.sql(f"DROP TABLE {view}")  # the previous plan's staging table (external: its files stay)
-        spark.sql(f"CREATE OR REPLACE VIEW {view} AS {staging_sql(self.path('records'), registry)}")
+            spark.sql(f"DROP TABLE {view}")
+
+    def unregister(self, spark: SparkSession) -> None:
+        """Drop every name of the stream from the metastore (the files stay)."""
+        self._drop_staging_table(spark)
+        spark.sql(f"DROP VIEW IF EXISTS {self.name('staging')}")
+        for table in ("records", "days", "quarantine", "late_labels"):
+            spark.sql(f"DROP TABLE IF EXISTS {self.name(table)}")
 
     def staged(self, spark: SparkSession, registry: DatasetRegistry) -> DataFrame:
         """What readers query as the stream's staging (the view of :meth:`register`), read by path."""

@@ -106,7 +106,7 @@ def test_each_kind_of_bad_record_is_quarantined_with_its_reason_and_the_good_one
 def test_too_many_bad_records_refuse_the_ds_and_publish_nothing(spark, request, tmp_path, registry_dir):
     _land(tmp_path)
 
-    with pytest.raises(DataRefusedError, match=r"11 of 18 impressions records .* are malformed, more than the 1.00% allowed"
+    with pytest.raises(DataRefusedError, match=r"11 of 18 impression records .* are malformed, more than the 1.00% allowed"
                        ) as refused:  # fmt: skip
         _join(spark, request, tmp_path, registry_dir)
 
