@@ -252,8 +252,8 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
     say(f"stream {config.dataset}: {config.source.value} -> {tables.name('records')} ({config.trigger.value}, "
         f"watermark delay {config.watermark_delay}, checkpoint {tables.checkpoint})")  # fmt: skip
     state = _Loop(config, registry, tables, writer, summary, say, publisher, run_id)
-    state.resume(spark)  # days closed before a restart (a publish that was stopped) are decided first
     with _stop_requests() as stop_requested:
+        state.resume(spark)  # days closed before a restart (a publish that was stopped) are decided first
         query = writer_stream.queryName(f"featurehouse_stream_{config.dataset}").start()
         try:
             while not query.awaitTermination(1.0):
