@@ -393,8 +393,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers HOST:PORT for --source kafka")
     parser.add_argument("--topic-prefix", default=DEFAULT_TOPIC_PREFIX, help="Kafka topic prefix (default: %(default)s)")
     parser.add_argument("--watermark-delay", default="1h",
-                        help="how far behind the latest event time a record may arrive and still count; later labels "
-                        "go to the late-labels table (default: %(default)s)")  # fmt: skip
+                        help="how far the watermark stays behind the newest event time of either source; a ds closes "
+                        "once the watermark has passed its end plus the longest label window (and the impressions its "
+                        "end); records of a closed ds are kept as late (default: %(default)s)")  # fmt: skip
     parser.add_argument("--max-files-per-trigger", type=int, default=None, metavar="N",
                         help="files of each landing stream per micro-batch (default: all new files)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None, metavar="N",
@@ -418,9 +419,10 @@ def _duration(flag: str, text: str) -> dt.timedelta:
 def parse_args(argv: Sequence[str] | None = None) -> StreamConfig:
     parser = argparse.ArgumentParser(
         prog="featurehouse stream",
-        description="Join impressions with their labels as they arrive (landing folders or Kafka) into the staging "
-        "table featurehouse_staging.<dataset>_stream, exactly once; each day whose windows have closed is validated "
-        "and published into featurehouse.<dataset> by the batch job's quality gate.",
+        description="Stage impressions (with their features) and labels as they arrive (landing folders or Kafka) "
+        "into featurehouse_staging.<dataset>_stream_records, exactly once, joined in the view "
+        "featurehouse_staging.<dataset>_stream; each day that closes under the stream's watermark is validated and "
+        "published into featurehouse.<dataset> by the batch job's quality gate.",
     )
     add_arguments(parser)
     ns = parser.parse_args(argv)

@@ -21,6 +21,7 @@ from etl import label_join
 from etl.stream import job as stream
 from etl.records.landing import RecordKind
 from etl.stream.tables import StreamTables
+from schemas.registry import load_dataset
 from etl.stream.publish import in_process_publisher
 from tests.etl.stream_world import (
     DATASET,
@@ -47,6 +48,16 @@ def test_stream_publishes_the_batch_partition_row_for_row(streamed, spark):
     # later days stay staged: their windows have not closed under the watermark
     days = StreamTables(config.home, DATASET).read(spark, "days")
     assert [(r.ds, r.decision) for r in days.collect()] == [(DS, "published")]
+    # nothing waits in Spark's state: the query has no state store (the features are staged once, on arrival)
+    tables = StreamTables(config.home, DATASET)
+    progress = tables.read(spark, "progress").where(F.col("dataset") == DATASET).collect()
+    assert progress and all(r.state_rows == 0 and r.state_memory_bytes == 0 for r in progress)
+    # the staging view joins each staged impression to its staged labels
+    view = tables.staged(spark, load_dataset(DATASET, config.registry_dir))
+    records = tables.read(spark, "records")
+    assert view.select("impression_id").distinct().count() == \
+        records.where(F.col("record") == "impression").select("impression_id").distinct().count()  # fmt: skip
+    assert view.where(F.col("label_type").isNotNull()).count() > 0
 
 
 def test_malformed_records_are_quarantined_as_in_batch(streamed, spark):
@@ -158,6 +169,7 @@ def test_label_later_than_the_watermark_is_kept_and_counted(world, streamed, spa
         (["--interval", "5x"], "--interval '5x' is not a duration"),
         (["--watermark-delay", "0s"], "--watermark-delay '0s' is not a duration"),
         (["--max-files-per-trigger", "0"], "--max-files-per-trigger must be a positive whole number"),
+        (["--max-bad-fraction", "2"], "--max-bad-fraction 2.0 is not a share"),
     ],
 )
 def test_bad_flags_are_refused_naming_the_fix(argv, message):
