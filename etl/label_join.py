@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +57,7 @@ from etl.records.attribution import (
     attribute_labels,
     feature_rows,
     label_count_columns,
+    window_days,
 )
 from etl.records.dedup import dedup_impressions
 from etl.records.flatten import flatten_impressions
@@ -401,13 +401,8 @@ def _published_before(spark: SparkSession, plan: _Plan) -> dict[str, DayCounts]:
     """The table's published days that the run looks back on, in one read: those the labels' windows reach back
     over (their impressions' ids, for the orphans) and those of the quality gate's history."""
     registry = plan.registry
-    back = max(_lookback_days(registry), registry.quality.history_days)
+    back = max(window_days(registry), registry.quality.history_days)
     return published_days(spark, plan.table, registry, plan.ds - dt.timedelta(days=back), plan.ds)
-
-
-def _lookback_days(registry: DatasetRegistry) -> int:
-    """How many days before a ds its labels' windows reach back over."""
-    return math.ceil(registry.max_window / dt.timedelta(days=1))
 
 
 def _label_count_sums(registry: DatasetRegistry) -> dict[str, str]:
@@ -424,7 +419,7 @@ def _label_counts(spark: SparkSession, config: LabelJoinConfig, plan: _Plan, row
     orphan labels."""
     registry = plan.registry
     known_types = [label.name for label in registry.labels]
-    lookback = [config.ds - dt.timedelta(days=i) for i in range(1, _lookback_days(registry) + 1)]
+    lookback = [config.ds - dt.timedelta(days=i) for i in range(1, window_days(registry) + 1)]
     known_ids = rows.select("impression_id").unionByName(
         _impression_ids_before(spark, plan.landing, plan.table, lookback, published))
     orphans = labels.where(F.col("ds") == format_ds(plan.ds)).join(known_ids, "impression_id", "left_anti").count()

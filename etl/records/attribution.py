@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from schemas.names import format_ds
 from schemas.registry import DatasetRegistry
+
+
+def window_days(registry: DatasetRegistry) -> int:
+    """How many days after an impression's ds its labels' longest window reaches (a 3-day window: 3)."""
+    return math.ceil(registry.max_window / dt.timedelta(days=1))
 
 
 def window_micros(registry: DatasetRegistry) -> Column:

@@ -293,9 +293,7 @@ class _Loop:
     def resume(self, spark: SparkSession) -> None:
         """Before the first micro-batch: the watermark and closed days the last committed batch left; days closed
         then and not decided yet (a publish stopped by a crash) are published now."""
-        marks = self.writer.marks.through(self.writer.marks.last_committed())
-        self.summary.watermark = marks.watermark(self.config.watermark_delay)
-        self._close(spark, marks.closed_through(self.registry, self.config.watermark_delay))
+        self._close(spark, self.writer.marks.last_committed())
 
     def after_batches(self, progresses: Sequence[dict], spark: SparkSession, *, final: bool = False) -> None:
         new = [p for p in progresses if p["batchId"] > self.last_batch and p["batchId"] in self.writer.counts]
@@ -303,13 +301,14 @@ class _Loop:
         if rows:
             self.tables.append(spark.createDataFrame(rows, PROGRESS_SCHEMA), "progress")
         if new or final:
-            # the marks through the last committed batch: what the next batch will judge its records by
-            marks = self.writer.marks.through(self.last_batch)
-            self.summary.watermark = marks.watermark(self.config.watermark_delay)
-            self._close(spark, marks.closed_through(self.registry, self.config.watermark_delay))
+            self._close(spark, self.last_batch)
 
-    def _close(self, spark: SparkSession, through: dt.date | None) -> None:
-        """Days through ``through`` are closed: publish those staged and not decided yet."""
+    def _close(self, spark: SparkSession, batch_id: int | None) -> None:
+        """The marks through committed micro-batch ``batch_id`` (what the next batch judges its records by): the
+        watermark, and the closed days, of which those staged and not decided yet are published."""
+        marks = self.writer.marks.through(batch_id)
+        self.summary.watermark = marks.watermark(self.config.watermark_delay)
+        through = marks.closed_through(self.registry, self.config.watermark_delay)
         if through is None:
             return
         self.summary.closed_through = through

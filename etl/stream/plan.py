@@ -84,6 +84,11 @@ def record_ds(lines: DataFrame) -> Column:
     return folder_ds()
 
 
+def window_interval(registry: DatasetRegistry) -> Column:
+    """The longest label window as a SQL interval."""
+    return F.expr(f"INTERVAL {int(registry.max_window.total_seconds())} SECONDS")
+
+
 def plan(registry: DatasetRegistry, impression_lines: DataFrame, label_lines: DataFrame) -> DataFrame:
     """The streaming query's output: every record of both sources, judged (see the module docstring)."""
     records = parse_json_lines(impression_lines, impression_record_schema(registry), record_ds(impression_lines))

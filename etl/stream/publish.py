@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from etl.records.attribution import feature_rows, window_micros
+from etl.records.attribution import feature_rows, window_days, window_micros
 from etl.stream.crash import kill_point
 from etl.stream.tables import DAYS_SCHEMA, IMPRESSION, LABEL, StreamTables
 from schemas.bad_records import bad_fraction_limit, check_max_bad_fraction, too_many_bad
@@ -93,7 +92,7 @@ def day_rows(records: DataFrame, registry: DatasetRegistry, ds: dt.date) -> Data
         "impression_id", *[F.col(f"_first.{c}").alias(c) for c in ("event_time", "source_file", "split_start", "line")]
     )
     kept = rows.join(winners, ["impression_id", "event_time", "source_file", "split_start", "line"], "left_semi")
-    last_label_day = ds + dt.timedelta(days=math.ceil(registry.max_window / dt.timedelta(days=1)))
+    last_label_day = ds + dt.timedelta(days=window_days(registry))
     labels = records.where((F.col("record") == LABEL) & F.col("ds").between(format_ds(ds), format_ds(last_label_day)))
     delay = F.unix_micros(F.col("l.event_time")) - F.unix_micros(F.col("i.event_time"))
     attributed = kept.alias("i").join(labels.alias("l"), "impression_id").select(

@@ -18,7 +18,7 @@ from etl.records.quarantine import (
 )
 from etl.stream.crash import kill_point
 from etl.stream.marks import MarkLog
-from etl.stream.plan import KIND, record_columns
+from etl.stream.plan import KIND, record_columns, window_interval
 from etl.stream.tables import IMPRESSION, LABEL, StreamTables
 from schemas.names import format_ds
 from schemas.registry import DatasetRegistry
@@ -76,21 +76,21 @@ class BatchWriter:
         closed_ds = F.lit(format_ds(closed) if closed else "")  # "" sorts before every ds: nothing is closed
         late_impression = (kind == IMPRESSION) & (F.col("ds") <= closed_ds)
         # A label may be late only if the first day its impression can be on (its time less the longest window) is.
-        first_day = F.date_format(F.col("event_time") - F.expr(f"INTERVAL {int(self.registry.max_window.total_seconds())} "
-                                                               "SECONDS"), "yyyy-MM-dd")  # fmt: skip
+        first_day = F.date_format(F.col("event_time") - window_interval(self.registry), "yyyy-MM-dd")
         maybe_late = (kind == LABEL) & (first_day <= closed_ds)
+        on_time = kind.isin(IMPRESSION, LABEL) & ~late_impression & ~maybe_late  # staged as they are
         with persisted(batch) as batch:
             stats = batch.agg(
                 F.count("*").alias("records"),
                 F.count_if(kind.startswith("bad_")).alias("bad"),
                 F.count_if(late_impression).alias("late_impressions"),
                 F.count_if(maybe_late).alias("maybe_late"),
-                F.count_if(kind.isin(IMPRESSION, LABEL) & ~late_impression & ~maybe_late).alias("staged"),
+                F.count_if(on_time).alias("staged"),
                 # as microseconds since the epoch: a collected timestamp would be naive, in the session's time zone
                 F.max(F.when(kind == IMPRESSION, F.unix_micros("event_time"))).alias("newest_impression"),
                 F.max(F.when(kind == LABEL, F.unix_micros("event_time"))).alias("newest_label"),
             ).first()
-            staged = batch.where(kind.isin(IMPRESSION, LABEL) & ~late_impression & ~maybe_late)
+            staged = batch.where(on_time)
             n_staged, late = int(stats["staged"]), None
             if stats["maybe_late"]:
                 judged = self._judge_labels(batch, maybe_late, late_impression, closed)
