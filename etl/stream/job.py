@@ -293,7 +293,9 @@ class _Loop:
     def resume(self, spark: SparkSession) -> None:
         """Before the first micro-batch: the watermark and closed days the last committed batch left; days closed
         then and not decided yet (a publish stopped by a crash) are published now."""
-        self._close(spark, self.writer.marks.last_committed())
+        committed = self.writer.marks.last_committed()
+        self.last_batch = -1 if committed is None else committed  # this run's batches come after it
+        self._close(spark, committed)
 
     def after_batches(self, progresses: Sequence[dict], spark: SparkSession, *, final: bool = False) -> None:
         new = [p for p in progresses if p["batchId"] > self.last_batch and p["batchId"] in self.writer.counts]

@@ -97,6 +97,7 @@ def test_a_restart_with_nothing_new_publishes_nothing_and_says_so(streamed, spar
     config = streamed[0]
     summary = stream.run(spark, config, publisher=in_process_publisher(spark, config))
     assert summary.batches == 0 and summary.published == [] and summary.closed_through == DAY
+    assert summary.watermark == streamed[1].watermark  # the marks of the last run, read back
     assert f"none new (every closed day through {DS} was decided before)" in summary.format()
 
 
