@@ -232,11 +232,11 @@ class FeaturehouseSubmit(SparkSubmitOperator):
         self.reads_landing = reads_landing
 
     def execute(self, context: Any) -> None:
-        from warehouse.confs import session_confs
+        from warehouse.confs import LOOPBACK, session_confs
 
         settings = Settings.load()
         confs = session_confs(settings.home, settings.spark_conf)
-        confs.pop("spark.master", None)  # the Connection names the master
+        local = confs.pop("spark.master", "").startswith("local")  # the Connection names the master
         self.conf = {**confs, **(self.conf or {})}
         args = [str(a) for a in self.application_args or []]
         if settings.registry_dir:
@@ -253,6 +253,7 @@ class FeaturehouseSubmit(SparkSubmitOperator):
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit of this environment
+            **({"SPARK_LOCAL_IP": LOOPBACK} if local else {}),  # a local driver's UI on the loopback (warehouse.confs)
         }
         try:
             super().execute(context)

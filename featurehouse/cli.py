@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dpp": ("ingest.dpp_command", "a preprocessing-service session: the reader's work on Ray workers, batches delivered here"),
     "train": ("trainer.train", "train a job spec's DLRM through the reader, evaluate it, report data stalls; record it"),
     "sql": ("warehouse.sql", "run Spark SQL against the warehouse metastore and print the result"),
+    "engine": ("warehouse.engine.command", "start|stop|status|logs: the home's resident Spark session, shared by the commands"),
     "cluster": ("featurehouse.cluster", "up|down|status: a Spark standalone cluster, PostgreSQL metastore and Thrift server here"),
     "metastore": ("warehouse.metastore", "init: make a shared (PostgreSQL) metastore's schema, once"),
     "bench": ("featurehouse.bench", "the benchmark suite against peers (Spark, DuckDB, Polars, pyarrow, Petastorm); --quick"),

@@ -18,6 +18,8 @@ from warehouse.session import spark_session
 class SparkJobConfig(Protocol):
     home: Path
     spark_conf: Mapping[str, str]
+    engine: str
+    engine_url: str | None
 
     def check_inputs(self) -> None: ...
 
@@ -41,7 +43,7 @@ def run_spark_job(parse: Callable[[], C], run: Callable[[Any, C], Summary]) -> i
         config = parse()
         secrets.extend(secret_values(config.spark_conf))
         config.check_inputs()
-        with spark_session(config.home, conf=config.spark_conf) as spark:
+        with spark_session(config.home, conf=config.spark_conf, engine=config.engine, remote=config.engine_url) as spark:
             return run(spark, config).format()
 
     return run_command(body, secrets)

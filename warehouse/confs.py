@@ -76,7 +76,24 @@ def embedded_confs(home: Path) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": "4",
         "spark.ui.showConsoleProgress": "false",
         "spark.log.structuredLogging.enabled": "false",
+        # the UI shows plans and settings; its kill links would let anyone who reaches it stop a job
+        "spark.ui.killEnabled": "false",
     }
+
+
+#: Where a local Spark (``local[*]``) listens: its driver RPC, block manager and UI, on the loopback only. Spark
+#: would otherwise bind the machine's external address (its hostname resolves to a loopback address, so it warns
+#: and picks another interface), and its UI binds ``SPARK_LOCAL_IP`` or every interface, whatever
+#: ``spark.driver.bindAddress`` says: :func:`loopback_environment` sets that variable for the JVM this process
+#: launches. A cluster's driver must be reachable by its executors: profiles for clusters set their own addresses.
+LOOPBACK = "127.0.0.1"
+LOOPBACK_CONFS = {"spark.driver.bindAddress": LOOPBACK, "spark.driver.host": LOOPBACK}
+
+
+def loopback_environment(confs: Mapping[str, str]) -> None:
+    """Before this process launches a local Spark's JVM: its UI binds the loopback (``SPARK_LOCAL_IP``)."""
+    if confs.get("spark.master", "").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
 
 
 #: JDBC drivers a metastore database needs on the driver JVM's own classpath (Hive's metastore client loads
@@ -137,6 +154,8 @@ def session_confs(home: Path, overrides: Mapping[str, str] | None = None) -> dic
         confs["spark.jars"] = ",".join(jars)
     confs.update(overrides)
     if not under_submit:
+        if confs.get("spark.master", "").startswith("local"):
+            confs = {**LOOPBACK_CONFS, **confs}  # a profile's or a --conf's own address wins
         drivers = metastore_driver_jars(confs.get(METASTORE_URL, ""))
         if drivers:
             path = [p for p in confs.get("spark.driver.extraClassPath", "").split(os.pathsep) if p]

@@ -54,3 +54,19 @@ def common_settings(ns: argparse.Namespace) -> dict[str, Any]:
         "registry_dir": ns.registry_dir,
         "spark_conf": {**(profile.settings(home) if profile else {}), **parse_conf_pairs(ns.conf)},
     }
+
+
+def add_engine_argument(parser: argparse.ArgumentParser) -> None:
+    """``--engine auto|off``, for the commands that can run as clients of the home's engine (warehouse.engine)."""
+    parser.add_argument(
+        "--engine", choices=["auto", "off"], default="auto",
+        help="auto (default): on the embedded default, run on the home's resident Spark engine, started in the "
+        "background if none runs (`featurehouse engine status|stop`); off: start a Spark session of this command's "
+        "own (the classic way; refused while the home's engine runs)",
+    )  # fmt: skip
+
+
+def engine_settings(ns: argparse.Namespace) -> dict[str, Any]:
+    """``engine`` and the profile's remote ``engine_url`` of a namespace parsed with :func:`add_engine_argument`."""
+    profile = chosen_profile(ns.profile)
+    return {"engine": ns.engine, "engine_url": profile.engine if profile else None}

@@ -45,6 +45,9 @@ class Profile(BaseModel):
     description: str = ""
     spark: dict[str, str] = Field(default_factory=dict)
     cluster: ClusterServices = Field(default_factory=ClusterServices)
+    #: A remote engine, a Spark Connect server of the same featurehouse version (``sc://host:port``, with
+    #: ``/;token=...`` where it asks for one): commands that can run on an engine are its clients.
+    engine: str | None = Field(default=None, pattern=r"^sc://[^/\s]+")
 
     @field_validator("spark", mode="before")
     @classmethod

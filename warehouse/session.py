@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_f
 from schemas.errors import ConfigError
 from schemas.paths import default_home
 from schemas.settings import METASTORE_URL
-from warehouse.confs import embedded_confs, session_confs
+from warehouse.confs import embedded_confs, loopback_environment, session_confs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,13 +83,46 @@ def check_metastore_free(home: Path, confs: Mapping[str, str]) -> None:
         fcntl.lockf(handle, fcntl.LOCK_UN)
 
 
+def refuse_beside_engine(home: Path, confs: Mapping[str, str]) -> None:
+    """A classic session on the embedded metastore of a home whose engine runs is refused, naming the way out
+    (the engine holds Derby's one-JVM lock; without this the session would wait for it and fail)."""
+    from warehouse.engine.server import INSIDE_ENGINE
+    from warehouse.engine.client import running_engine
+    from warehouse.engine.state import EngineFiles
+
+    if INSIDE_ENGINE in os.environ or confs.get(METASTORE_URL) != embedded_confs(home)[METASTORE_URL]:
+        return
+    state = running_engine(EngineFiles(home))
+    if state is not None:
+        raise ConfigError(
+            f"the engine for {home} runs (pid {state.pid}, since {state.started_at}) and holds its embedded "
+            "metastore, which admits one JVM; run this command without --engine off to use the engine, or run "
+            "`featurehouse engine stop` first for a session of its own"
+        )
+
+
+def uses_engine(engine: str, remote: str | None, conf: Mapping[str, str]) -> bool:
+    """Whether a command runs on an engine: a profile's remote one, or (``auto``) the home's on the embedded default.
+
+    ``off``, spark-submit and any other master or metastore keep the classic in-process session.
+    """
+    if remote is not None:
+        return True
+    if engine == "off" or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return False
+    return conf.get("spark.master", "local").startswith("local") and METASTORE_URL not in conf
+
+
 @contextmanager
 def spark_session(
-    home: Path | None = None, *, conf: Mapping[str, str] | None = None, log_level: str = "ERROR"
+    home: Path | None = None, *, conf: Mapping[str, str] | None = None, log_level: str = "ERROR",
+    engine: str = "off", remote: str | None = None,
 ) -> Iterator[SparkSession]:
-    """A SparkSession for featurehouse, stopped on exit if this call started it.
+    """A SparkSession for featurehouse, stopped (or, on an engine, released) on exit if this call made it.
 
-    An already active session (a test fixture, a notebook) is reused and left running.
+    An already active session (a test fixture, a notebook) is reused and left running. Otherwise
+    ``engine`` ``auto`` (see :func:`uses_engine`) gives a Spark Connect session on the home's engine
+    (``warehouse.engine``), ``off`` a classic session in this process.
 
     >>> with spark_session(Path("data"), conf={"spark.sql.shuffle.partitions": "2"}) as spark:  # doctest: +SKIP
     ...     spark.sql("SHOW DATABASES").show()
@@ -102,8 +136,16 @@ def spark_session(
         return
     home = Path(home) if home is not None else default_home()
     home.mkdir(parents=True, exist_ok=True)
+    if uses_engine(engine, remote, conf or {}):
+        from warehouse.engine.client import engine_session
+
+        with engine_session(home.resolve(), conf or {}, remote=remote) as spark:
+            yield spark
+        return
     confs = session_confs(home, conf)
+    refuse_beside_engine(home.resolve(), confs)
     check_metastore_free(home, confs)
+    loopback_environment(confs)
     spark = configure_builder(SparkSession.builder, confs).getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     try:

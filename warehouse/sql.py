@@ -27,6 +27,7 @@ import argparse
 import datetime as dt
 import decimal
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from schemas.errors import ConfigError, FeaturehouseError
 from schemas.exit import first_line
 from schemas.redact import redact
 from warehouse.command import run_spark_job
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 
 #: Rows printed when neither --limit nor --all is given.
 DEFAULT_LIMIT = 1000
@@ -152,27 +153,51 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, total
 
 
 _READ_ONLY_COMMANDS = ("Show", "Describe", "Explain")
+#: The roots of a parsed query's plan (anything else at the root is a command, hence refused unless read-only).
+_QUERY_ROOTS = frozenset(
+    "Project Aggregate Sort GlobalLimit LocalLimit Offset Tail Filter Union Distinct Deduplicate Intersect Except "
+    "Join Window Generate Expand Sample Pivot Unpivot SubqueryAlias CTE UnresolvedWith WithCTE UnresolvedRelation "
+    "UnresolvedInlineTable LocalRelation OneRowRelation Range UnresolvedTableValuedFunction UnresolvedHint "
+    "UnresolvedSubqueryColumnAliases RepartitionByExpression Repartition".split()
+)
+#: Delta's statements that change a table, which Delta's parser reads before Spark's and EXPLAIN's parser (Spark's)
+#: does not know: refused by their first word.
+_DELTA_WRITES = ("VACUUM", "RESTORE", "OPTIMIZE", "REORG", "CONVERT", "GENERATE")
+_LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
+
+
+def _node_names(tree: str) -> list[str]:
+    """The node names of a plan's tree string, root first (``'Project [...]`` -> ``Project``)."""
+    return [line.lstrip(" :+-'").split(" ", 1)[0].lstrip("'") for line in tree.splitlines() if line.strip()]
 
 
 def write_in(spark: SparkSession, statement: str) -> str | None:
     """What in ``statement`` would change a table or the session (a plan node's name), or None for a read.
 
-    The statement is only parsed. A parsed plan that is a Spark ``Command`` is read-only
-    when it is a SHOW, DESCRIBE or EXPLAIN; any other plan is a query, unless some node
-    in it is an INSERT or a not-yet-resolved statement (Spark parses ``INSERT``, also
-    inside ``WITH``, and Delta's ``RESTORE`` into such nodes).
+    The statement is only parsed, through ``EXPLAIN EXTENDED``, which runs nothing and works the same
+    in a classic session and over Spark Connect. The parsed plan is read-only when its root is a SHOW,
+    DESCRIBE or EXPLAIN, or a query's node (``_QUERY_ROOTS``) with no INSERT or not-yet-resolved
+    statement below it (Spark parses ``INSERT``, also inside ``WITH``, into such nodes). Any other root
+    is a command and named. Delta's own writes (VACUUM, RESTORE, ...) are named by their first word.
     """
-    parser = spark._jsparkSession.sessionState().sqlParser()
+    body = _LEADING_COMMENTS.sub("", statement, count=1)
+    first = body.split(None, 1)[0].upper() if body.strip() else ""
+    if first in _DELTA_WRITES:
+        return first
     try:
-        plan = parser.parsePlan(statement)
-    except Exception as err:  # py4j wraps Spark's ParseException
-        raise FeaturehouseError(f"Spark SQL refused the statement: {first_line(err)}") from err
-    command = spark._jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
-    root = plan.nodeName()
-    if command.isInstance(plan):
-        return None if root.startswith(_READ_ONLY_COMMANDS) else root
-    for line in plan.treeString().splitlines():
-        name = line.lstrip(" :+-'").split(" ", 1)[0].lstrip("'")
+        text = spark.sql(f"EXPLAIN EXTENDED {statement}").first()[0]
+    except Exception as err:  # pyspark's ParseException, classic or Connect
+        if type(err).__module__.startswith("pyspark"):
+            raise FeaturehouseError(f"Spark SQL refused the statement: {first_line(err)}") from err
+        raise
+    parsed = text.split("== Parsed Logical Plan ==\n", 1)[-1].split("\n== Analyzed Logical Plan ==", 1)[0]
+    names = _node_names(parsed)
+    root = names[0] if names else "?"
+    if root.startswith(_READ_ONLY_COMMANDS):
+        return None
+    if root not in _QUERY_ROOTS:
+        return root
+    for name in names:
         if name.startswith("InsertInto") or name.endswith("Statement"):
             return name
     return None
@@ -221,12 +246,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-write", action="store_true",
                         help="also run statements that change tables or the session (INSERT, ALTER, DROP, SET, ...)")  # fmt: skip
     add_common_arguments(parser)
+    add_engine_argument(parser)
 
 
 def config_from_args(ns: argparse.Namespace) -> SqlConfig:
     limit = None if ns.all else DEFAULT_LIMIT if ns.limit is None else ns.limit
     return SqlConfig(statement=ns.statement, output=OutputFormat(ns.output), limit=limit,
-                     allow_write=ns.allow_write, **common_settings(ns))  # fmt: skip
+                     allow_write=ns.allow_write, **common_settings(ns), **engine_settings(ns))  # fmt: skip
 
 
 def parse_args(argv: Sequence[str] | None = None) -> SqlConfig:

@@ -113,6 +113,7 @@ def test_sql_errors_are_one_line(spark, spark_home, capsys):
 READS = [
     "SELECT 1", "WITH a AS (SELECT 1 AS x) SELECT * FROM a", "VALUES (1)", "SHOW TABLES IN featurehouse",
     "DESCRIBE TABLE featurehouse_catalog.features", "EXPLAIN SELECT 1", "DESCRIBE HISTORY featurehouse_catalog.features",
+    "SELECT 1 UNION SELECT 2", "SELECT * FROM featurehouse_catalog.features TABLESAMPLE (50 PERCENT)", "TABLE featurehouse_catalog.features",
 ]
 WRITES = {
     "INSERT INTO t VALUES (1)": "InsertIntoStatement",
@@ -126,8 +127,11 @@ WRITES = {
     "UPDATE t SET a = 2": "UpdateTable",
     "MERGE INTO t USING s ON t.a = s.a WHEN MATCHED THEN DELETE": "MergeIntoTable",
     "ALTER TABLE t ADD COLUMNS (b INT)": "AddColumns",
-    "RESTORE TABLE t TO VERSION AS OF 1": "RestoreTableStatement",
-    "VACUUM t": "VacuumTableCommand",
+    "RESTORE TABLE t TO VERSION AS OF 1": "RESTORE",
+    "VACUUM t": "VACUUM",
+    "-- a comment first\n/* and another */ OPTIMIZE t": "OPTIMIZE",
+    "CACHE TABLE t": "CacheTable",
+    "USE featurehouse": "SetCatalogAndNamespace",
     "SET spark.sql.ansi.enabled=false": "SetCommand",
 }
 

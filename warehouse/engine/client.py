@@ -1,0 +1,182 @@
+"""A command's side of the engine: find the home's engine (start it, or restart it for new code), and connect.
+
+The first command that needs an engine and finds none starts one in the background and says so on
+stderr; later commands reuse it. A lock under ``<home>/engine/`` makes two commands that find none
+at once start one engine, not two. An engine of other code (``state.code_version``) is restarted
+only when nothing runs on it; otherwise the command refuses, saying what to do. A dead engine is
+replaced by the next command.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from schemas.errors import ConfigError, FeaturehouseError
+from schemas.paths import REPO_ROOT
+from warehouse.engine.state import SERVER_MODULE, EngineFiles, EngineState, code_version, read_json, read_state
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: How long a start may take: a JVM with Delta and Hive, 10-25 s on this machine, more beside other work.
+START_TIMEOUT_S = 180.0
+#: How long a stop waits for Spark to stop before the engine's process group is killed.
+STOP_TIMEOUT_S = 60.0
+#: An engine idle for less than this is treated as busy: a client may be between two of its operations.
+QUIET_S = 10.0
+
+
+def say(message: str) -> None:
+    print(f"featurehouse: {message}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def engine_lock(files: EngineFiles) -> Iterator[None]:
+    """Held while the engine is started, stopped or replaced (an OS lock: released if the holder dies)."""
+    files.folder.mkdir(parents=True, exist_ok=True)
+    with files.lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def running_engine(files: EngineFiles) -> EngineState | None:
+    """The home's engine if its process runs, else None."""
+    state = read_state(files)
+    return state if state is not None and state.alive() else None
+
+
+def busy_with(files: EngineFiles) -> str | None:
+    """What runs on the engine now (its heartbeat), or None when it has been quiet for ``QUIET_S``."""
+    beat = read_json(files.heartbeat) or {}
+    operations, jobs = beat.get("operations", 0), beat.get("jobs", 0)
+    if operations or jobs:
+        return f"{operations} operation(s) and {jobs} Spark job(s) running"
+    if time.time() - beat.get("idle_since", 0) < QUIET_S:
+        return "an operation ended less than 10 s ago"
+    return None
+
+
+def start_engine(files: EngineFiles, *, idle_stop_minutes: float | None = None,
+                 confs: Sequence[str] = ()) -> EngineState:  # fmt: skip
+    """Start the home's engine in the background and wait until it listens; call with :func:`engine_lock` held."""
+    files.new_token()
+    files.state.unlink(missing_ok=True)
+    command = [sys.executable, "-m", SERVER_MODULE, "--home", str(files.home)]
+    if idle_stop_minutes is not None:
+        command += ["--idle-stop-minutes", str(idle_stop_minutes)]
+    for pair in confs:
+        command += ["--conf", pair]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY_")}
+    started = time.monotonic()
+    with files.log.open("ab") as log:
+        log.write(f"\n--- started by pid {os.getpid()} at {time.ctime()}\n".encode())
+        log.flush()
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   cwd=REPO_ROOT, env=env, start_new_session=True)  # fmt: skip
+    while time.monotonic() - started < START_TIMEOUT_S:
+        state = read_state(files)
+        if state is not None and state.pid == process.pid:
+            return state
+        if process.poll() is not None:
+            raise FeaturehouseError(f"the engine for {files.home} did not start (exit {process.returncode}); "
+                                    f"the end of its log:\n{log_tail(files, 15)}")  # fmt: skip
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    raise FeaturehouseError(f"the engine for {files.home} did not start in {START_TIMEOUT_S:.0f} s; see {files.log}")
+
+
+def stop_engine(files: EngineFiles, state: EngineState) -> None:
+    """Stop the engine (SIGTERM: Spark stops; after ``STOP_TIMEOUT_S`` its process group is killed)."""
+    try:
+        os.kill(state.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while state.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if state.alive():
+        os.killpg(state.pid, signal.SIGKILL)
+    files.state.unlink(missing_ok=True)
+
+
+def log_tail(files: EngineFiles, lines: int) -> str:
+    try:
+        return "\n".join(files.log.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def ensure_engine(files: EngineFiles) -> EngineState:
+    """The home's engine of this code, started or replaced if need be."""
+    state = running_engine(files)
+    if state is not None and state.version == code_version():
+        return state
+    with engine_lock(files):
+        state = read_state(files)
+        if state is not None and not state.alive():
+            say(f"the engine for {files.home} (pid {state.pid}) is gone; starting a new one")
+        elif state is not None and state.version != code_version():
+            busy = busy_with(files)
+            if busy:
+                raise ConfigError(
+                    f"the engine for {files.home} runs other code ({state.version}; this command is "
+                    f"{code_version()}) and is in use ({busy}), so it is left running: wait for that work to end, "
+                    "then run `featurehouse engine stop`; or pass --engine off for a session of this command's own "
+                    "once the engine is stopped"
+                )
+            say(f"the engine for {files.home} runs other code ({state.version}); restarting it for {code_version()}")
+            stop_engine(files, state)
+        elif state is not None:
+            return state  # another command started it while this one waited for the lock
+        say(f"starting the engine for {files.home} in the background (a resident Spark session; "
+            "`featurehouse engine status|stop`)")  # fmt: skip
+        started = time.monotonic()
+        state = start_engine(files)
+        say(f"engine started in {time.monotonic() - started:.1f} s (pid {state.pid}, 127.0.0.1:{state.port})")
+        return state
+
+
+def connect(url: str) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()
+
+
+def apply_settings(spark: SparkSession, confs: Mapping[str, str]) -> None:
+    """A command's ``--conf`` settings on its own Connect session; a static one is refused, naming the restart."""
+    for key, value in confs.items():
+        if not spark.conf.isModifiable(key) and spark.conf.get(key, None) != value:
+            raise ConfigError(
+                f"--conf {key} is a static Spark setting, fixed when the engine started; run `featurehouse engine "
+                f"stop` and `featurehouse engine start --conf {key}=...` to start one with it, or pass --engine off "
+                "for a session of this command's own"
+            )
+        spark.conf.set(key, value)
+
+
+@contextmanager
+def engine_session(home: Path, confs: Mapping[str, str], *, remote: str | None = None) -> Iterator[SparkSession]:
+    """A Spark Connect session on the home's engine (or on ``remote``, a profile's ``sc://`` engine), released on exit."""
+    if remote is not None:
+        spark = connect(remote)
+    else:
+        files = EngineFiles(Path(home))
+        state = ensure_engine(files)
+        spark = connect(state.url(files.read_token()))
+    try:
+        apply_settings(spark, confs)
+        yield spark
+    finally:
+        spark.stop()

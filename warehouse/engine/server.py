@@ -1,0 +1,148 @@
+"""The engine's process: one Spark application for a home, with the Spark Connect server inside it.
+
+    python -m warehouse.engine.server --home data [--idle-stop-minutes 30] [--conf k=v ...]
+
+Started by ``featurehouse engine start`` or by the first command that needs an engine (``client``),
+in the background, with its output in ``<home>/engine/engine.log``. It is the classic session of the
+embedded default (Delta, Hive with Derby under ``<home>``, the same jars and settings) with Spark's
+Connect plugin, listening on 127.0.0.1 only, behind the token in ``<home>/engine/token``. Its Python
+workers (a stream's ``foreachBatch``) run with this interpreter, the project's own environment.
+
+Every second it writes its heartbeat; when no operation and no Spark job has run for the idle time,
+it stops itself. SIGTERM and SIGINT stop it cleanly: Spark stops, its state file goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyspark
+
+from schemas.paths import default_home
+from warehouse.confs import LOOPBACK, loopback_environment, parse_conf_pairs, session_confs
+from warehouse.engine.state import EngineFiles, EngineState, code_version, now_iso, read_state, write_json, write_state
+from warehouse.session import check_metastore_free, configure_builder, quiet_query_context_logs
+
+DEFAULT_IDLE_STOP_MINUTES = 30.0
+IDLE_VARIABLE = "FEATUREHOUSE_ENGINE_IDLE_MINUTES"
+#: The environment variable that tells a session it runs inside the engine (the one classic session allowed beside it).
+INSIDE_ENGINE = "FEATUREHOUSE_ENGINE_PROCESS"
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
+def engine_confs(home: Path, overrides: dict[str, str], port: int, token: str) -> dict[str, str]:
+    """The embedded default's settings with the Connect server on ``port`` of the loopback, behind ``token``.
+
+    ``spark.connect.grpc.port.maxRetries`` 0: a port taken since it was chosen fails the start rather than moving
+    to another port than the state file will name. FAIR scheduling: one client's label join does not hold a
+    stream's or a SQL question's jobs behind it.
+    """
+    confs = session_confs(home, overrides)
+    confs.update({
+        "spark.app.name": "featurehouse-engine",
+        "spark.plugins": CONNECT_PLUGIN,
+        "spark.connect.grpc.binding.address": LOOPBACK,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.port.maxRetries": "0",
+        "spark.connect.authenticate.token": token,
+        "spark.scheduler.mode": "FAIR",
+    })  # fmt: skip
+    return confs
+
+
+class Heart:
+    """Reads the engine's load from its JVM, writes the heartbeat, and says when the idle time has passed."""
+
+    def __init__(self, spark, files: EngineFiles, idle_stop_s: float) -> None:
+        self.spark, self.files, self.idle_stop_s = spark, files, idle_stop_s
+        self.service = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService
+        self.tracker = spark.sparkContext.statusTracker()
+        self.idle_since = time.time()
+
+    def beat(self) -> bool:
+        """Write the heartbeat; True once the engine has been idle for ``idle_stop_s``."""
+        executions = self.service.listActiveExecutions()
+        operations = 0 if executions.isLeft() else int(executions.right().get().size())
+        jobs = len(self.tracker.getActiveJobsIds())
+        now = time.time()
+        if operations or jobs:
+            self.idle_since = now
+        write_json(self.files.heartbeat, {"at": now, "operations": operations, "jobs": jobs,
+                                          "idle_since": self.idle_since})  # fmt: skip
+        return operations == 0 and jobs == 0 and now - self.idle_since >= self.idle_stop_s
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m warehouse.engine.server", description=__doc__.splitlines()[0])
+    parser.add_argument("--home", type=Path, default=None)
+    parser.add_argument("--idle-stop-minutes", type=float, default=None)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    return parser.parse_args(argv)
+
+
+def idle_stop_minutes(given: float | None) -> float:
+    if given is not None:
+        return given
+    return float(os.environ.get(IDLE_VARIABLE) or DEFAULT_IDLE_STOP_MINUTES)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pyspark.sql import SparkSession
+
+    args = parse_args(argv)
+    home = (args.home or default_home()).resolve()
+    files = EngineFiles(home)
+    idle_stop_s = idle_stop_minutes(args.idle_stop_minutes) * 60
+    port = free_port()
+    overrides = parse_conf_pairs(args.conf)
+    confs = engine_confs(home, overrides, port, files.read_token())
+    os.environ[INSIDE_ENGINE] = "1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # foreachBatch runs in Python workers: this environment's code
+    quiet_query_context_logs()
+    check_metastore_free(home, confs)
+    loopback_environment(confs)
+    stopping: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: stopping.append(number))
+    spark = configure_builder(SparkSession.builder, confs).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        shown = {k: v for k, v in overrides.items() if "token" not in k.lower()}
+        write_state(files, EngineState(
+            pid=os.getpid(), port=port, started_at=now_iso(), version=code_version(), pyspark=pyspark.__version__,
+            python=sys.executable, idle_stop_s=idle_stop_s, driver_memory=confs.get("spark.driver.memory", ""),
+            settings=shown,
+        ))  # fmt: skip
+        print(f"featurehouse engine: listening on {LOOPBACK}:{port} for {home} (pid {os.getpid()})", flush=True)
+        heart = Heart(spark, files, idle_stop_s)
+        while not stopping:
+            if heart.beat():
+                print(f"featurehouse engine: idle for {idle_stop_s / 60:g} min, stopping", flush=True)
+                break
+            time.sleep(1.0)
+        if stopping:
+            print(f"featurehouse engine: signal {stopping[0]}, stopping", flush=True)
+    finally:
+        state = read_state(files)
+        if state is not None and state.pid == os.getpid():
+            files.state.unlink(missing_ok=True)
+            files.heartbeat.unlink(missing_ok=True)
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
