@@ -59,9 +59,9 @@ class SparkJobConfig(JobConfig):
     """A job that runs in a Spark session: ``spark_conf`` is applied over the profile and the embedded defaults."""
 
     spark_conf: Mapping[str, str] = field(default_factory=dict)
-    #: ``auto``: on the embedded default, a client of the home's engine where the command supports it (``--engine``,
-    #: warehouse.flags); ``off``: a classic session in this process (what spark-submit and configs built in code get).
-    engine: str = "off"
+    #: ``auto``: on the embedded default, a client of the home's engine (``--engine``, warehouse.flags); ``off``: the
+    #: user chose a classic session in this process; None: a command that is not an engine client (classic too).
+    engine: str | None = None
     #: A profile's remote engine, ``sc://host:port``: the command is its client (warehouse.session).
     engine_url: str | None = None
 

@@ -18,7 +18,7 @@ from warehouse.session import spark_session
 class SparkJobConfig(Protocol):
     home: Path
     spark_conf: Mapping[str, str]
-    engine: str
+    engine: str | None
     engine_url: str | None
 
     def check_inputs(self) -> None: ...

@@ -83,32 +83,25 @@ def check_metastore_free(home: Path, confs: Mapping[str, str]) -> None:
         fcntl.lockf(handle, fcntl.LOCK_UN)
 
 
-def refuse_beside_engine(home: Path, confs: Mapping[str, str]) -> None:
-    """A classic session on the embedded metastore of a home whose engine runs is refused, naming the way out
-    (the engine holds Derby's one-JVM lock; without this the session would wait for it and fail)."""
-    from warehouse.engine.server import INSIDE_ENGINE
-    from warehouse.engine.client import running_engine
-    from warehouse.engine.state import EngineFiles
+def make_way_for_classic(home: Path, confs: Mapping[str, str], engine: str | None) -> None:
+    """No engine may hold the embedded metastore a classic session is about to open (``client.make_way``)."""
+    from warehouse.engine.client import make_way
+    from warehouse.engine.state import INSIDE_ENGINE, EngineFiles
 
     if INSIDE_ENGINE in os.environ or confs.get(METASTORE_URL) != embedded_confs(home)[METASTORE_URL]:
         return
-    state = running_engine(EngineFiles(home))
-    if state is not None:
-        raise ConfigError(
-            f"the engine for {home} runs (pid {state.pid}, since {state.started_at}) and holds its embedded "
-            "metastore, which admits one JVM; run this command without --engine off to use the engine, or run "
-            "`featurehouse engine stop` first for a session of its own"
-        )
+    make_way(EngineFiles(home), chosen_off=engine == "off")
 
 
-def uses_engine(engine: str, remote: str | None, conf: Mapping[str, str]) -> bool:
+def uses_engine(engine: str | None, remote: str | None, conf: Mapping[str, str]) -> bool:
     """Whether a command runs on an engine: a profile's remote one, or (``auto``) the home's on the embedded default.
 
-    ``off``, spark-submit and any other master or metastore keep the classic in-process session.
+    ``off``, None (a command that is not an engine client yet), spark-submit and any other master or metastore keep
+    the classic in-process session.
     """
     if remote is not None:
         return True
-    if engine == "off" or "PYSPARK_GATEWAY_PORT" in os.environ:
+    if engine != "auto" or "PYSPARK_GATEWAY_PORT" in os.environ:
         return False
     return conf.get("spark.master", "local").startswith("local") and METASTORE_URL not in conf
 
@@ -116,13 +109,14 @@ def uses_engine(engine: str, remote: str | None, conf: Mapping[str, str]) -> boo
 @contextmanager
 def spark_session(
     home: Path | None = None, *, conf: Mapping[str, str] | None = None, log_level: str = "ERROR",
-    engine: str = "off", remote: str | None = None,
+    engine: str | None = None, remote: str | None = None,
 ) -> Iterator[SparkSession]:
     """A SparkSession for featurehouse, stopped (or, on an engine, released) on exit if this call made it.
 
     An already active session (a test fixture, a notebook) is reused and left running. Otherwise
     ``engine`` ``auto`` (see :func:`uses_engine`) gives a Spark Connect session on the home's engine
-    (``warehouse.engine``), ``off`` a classic session in this process.
+    (``warehouse.engine``); ``off`` (the user's choice) or None (a command that is not yet an engine client) a
+    classic session in this process (:func:`make_way_for_classic`).
 
     >>> with spark_session(Path("data"), conf={"spark.sql.shuffle.partitions": "2"}) as spark:  # doctest: +SKIP
     ...     spark.sql("SHOW DATABASES").show()
@@ -143,7 +137,7 @@ def spark_session(
             yield spark
         return
     confs = session_confs(home, conf)
-    refuse_beside_engine(home.resolve(), confs)
+    make_way_for_classic(home.resolve(), confs, engine)
     check_metastore_free(home, confs)
     loopback_environment(confs)
     spark = configure_builder(SparkSession.builder, confs).getOrCreate()

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from schemas.errors import ConfigError, FeaturehouseError
 from schemas.paths import REPO_ROOT
-from warehouse.engine.state import SERVER_MODULE, EngineFiles, EngineState, code_version, read_json, read_state
+from warehouse.engine.state import (CLIENT_PREFIX, SERVER_MODULE, EngineFiles, EngineState, code_version, read_json,
+                                    read_state)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
 START_TIMEOUT_S = 180.0
 #: How long a stop waits for Spark to stop before the engine's process group is killed.
 STOP_TIMEOUT_S = 60.0
-#: An engine idle for less than this is treated as busy: a client may be between two of its operations.
-QUIET_S = 10.0
+#: How long a command waits for a busy engine to become idle before it leaves it running and refuses.
+SETTLE_S = 3.0
 
 
 def say(message: str) -> None:
@@ -57,15 +58,22 @@ def running_engine(files: EngineFiles) -> EngineState | None:
     return state if state is not None and state.alive() else None
 
 
-def busy_with(files: EngineFiles) -> str | None:
-    """What runs on the engine now (its heartbeat), or None when it has been quiet for ``QUIET_S``."""
-    beat = read_json(files.heartbeat) or {}
-    operations, jobs = beat.get("operations", 0), beat.get("jobs", 0)
-    if operations or jobs:
-        return f"{operations} operation(s) and {jobs} Spark job(s) running"
-    if time.time() - beat.get("idle_since", 0) < QUIET_S:
-        return "an operation ended less than 10 s ago"
-    return None
+def busy_with(files: EngineFiles, *, settle_s: float = SETTLE_S) -> str | None:
+    """What uses the engine (its heartbeat): open client sessions, operations, Spark jobs; None when nothing.
+
+    Waits up to ``settle_s`` for it to end: the heartbeat is a second old, and may still count a command that has
+    just finished.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        beat = read_json(files.heartbeat) or {}
+        counts = {what: beat.get(what, 0) for what in ("sessions", "operations", "jobs")}
+        if not any(counts.values()):
+            return None
+        if time.monotonic() >= deadline:
+            return (f"{counts['sessions']} client session(s), {counts['operations']} operation(s), "
+                    f"{counts['jobs']} Spark job(s)")  # fmt: skip
+        time.sleep(0.25)
 
 
 def start_engine(files: EngineFiles, *, idle_stop_minutes: float | None = None,
@@ -149,9 +157,12 @@ def ensure_engine(files: EngineFiles) -> EngineState:
 
 
 def connect(url: str) -> SparkSession:
+    """A Connect session whose user id names this process (``featurehouse-<pid>``): the engine closes the sessions
+    of clients that died (``server.Heart``)."""
     from pyspark.sql import SparkSession
 
-    return SparkSession.builder.remote(url).getOrCreate()
+    separator = ";" if "/;" in url else "/;"
+    return SparkSession.builder.remote(f"{url}{separator}user_id={CLIENT_PREFIX}-{os.getpid()}").getOrCreate()
 
 
 def apply_settings(spark: SparkSession, confs: Mapping[str, str]) -> None:
@@ -180,3 +191,25 @@ def engine_session(home: Path, confs: Mapping[str, str], *, remote: str | None =
         yield spark
     finally:
         spark.stop()
+
+
+def make_way(files: EngineFiles, *, chosen_off: bool) -> None:
+    """Before a classic session on the embedded metastore of ``files.home``: no engine may hold it.
+
+    ``chosen_off`` (``--engine off``): a running engine is refused, naming ``featurehouse engine stop``. A command
+    that is not yet an engine client stops an idle engine (saying so) and is refused beside a busy one.
+    """
+    state = running_engine(files)
+    if state is None:
+        return
+    busy = busy_with(files)
+    if chosen_off or busy:
+        raise ConfigError(
+            f"the engine for {files.home} runs (pid {state.pid}, since {state.started_at}"
+            + (f"; {busy}" if busy else "") + ") and holds its embedded metastore, which admits one JVM; "
+            + ("run this command without --engine off to use the engine, or " if chosen_off else "wait for its work "
+               "to end, or ") + "run `featurehouse engine stop` first"
+        )
+    with engine_lock(files):
+        say(f"stopping the idle engine for {files.home} (pid {state.pid}): this command runs a Spark session of its own")
+        stop_engine(files, state)

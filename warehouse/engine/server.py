@@ -23,17 +23,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
 import pyspark
 
 from schemas.paths import default_home
 from warehouse.confs import LOOPBACK, loopback_environment, parse_conf_pairs, session_confs
-from warehouse.engine.state import EngineFiles, EngineState, code_version, now_iso, read_state, write_json, write_state
+from warehouse.engine.state import (CLIENT_PREFIX, INSIDE_ENGINE, EngineFiles, EngineState, code_version, now_iso,
+                                    read_state, write_json, write_state)
 from warehouse.session import check_metastore_free, configure_builder, quiet_query_context_logs
 
 DEFAULT_IDLE_STOP_MINUTES = 30.0
 IDLE_VARIABLE = "FEATUREHOUSE_ENGINE_IDLE_MINUTES"
-#: The environment variable that tells a session it runs inside the engine (the one classic session allowed beside it).
-INSIDE_ENGINE = "FEATUREHOUSE_ENGINE_PROCESS"
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 
@@ -64,25 +64,53 @@ def engine_confs(home: Path, overrides: dict[str, str], port: int, token: str) -
 
 
 class Heart:
-    """Reads the engine's load from its JVM, writes the heartbeat, and says when the idle time has passed."""
+    """Reads the engine's load from its JVM, writes the heartbeat, closes the sessions of dead clients, and says
+    when the idle time has passed.
+
+    A client names its pid in its Connect user id (``client.connect``); a session whose client process is gone
+    (killed, say) is closed, which interrupts its operations and stops its streaming queries.
+    """
 
     def __init__(self, spark, files: EngineFiles, idle_stop_s: float) -> None:
         self.spark, self.files, self.idle_stop_s = spark, files, idle_stop_s
-        self.service = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService
+        service = spark._jvm.org.apache.spark.sql.connect.service
+        self.service = service.SparkConnectService
+        self.sessions = getattr(getattr(service, "SparkConnectService$"), "MODULE$").sessionManager()
         self.tracker = spark.sparkContext.statusTracker()
         self.idle_since = time.time()
+
+    def live_sessions(self) -> int:
+        """The open Connect sessions, after closing those whose client process has died."""
+        live = 0
+        active = self.sessions.listActiveSessions()  # a Scala Seq
+        for info in (active.apply(i) for i in range(active.size())):
+            pid = client_pid(info.userId())
+            if pid is not None and not psutil.pid_exists(pid):
+                print(f"featurehouse engine: client pid {pid} is gone; closing its session {info.sessionId()}",
+                      flush=True)  # fmt: skip
+                self.sessions.closeSession(info.key(), getattr(self.sessions, "closeSession$default$2")())
+            else:
+                live += 1
+        return live
 
     def beat(self) -> bool:
         """Write the heartbeat; True once the engine has been idle for ``idle_stop_s``."""
         executions = self.service.listActiveExecutions()
         operations = 0 if executions.isLeft() else int(executions.right().get().size())
         jobs = len(self.tracker.getActiveJobsIds())
+        sessions = self.live_sessions()
         now = time.time()
-        if operations or jobs:
+        if operations or jobs or sessions:
             self.idle_since = now
-        write_json(self.files.heartbeat, {"at": now, "operations": operations, "jobs": jobs,
+        write_json(self.files.heartbeat, {"at": now, "sessions": sessions, "operations": operations, "jobs": jobs,
                                           "idle_since": self.idle_since})  # fmt: skip
-        return operations == 0 and jobs == 0 and now - self.idle_since >= self.idle_stop_s
+        return now - self.idle_since >= self.idle_stop_s
+
+
+def client_pid(user_id: str) -> int | None:
+    """The pid in a featurehouse client's Connect user id (``featurehouse-<pid>``), else None."""
+    prefix, _, pid = user_id.partition("-")
+    return int(pid) if prefix == CLIENT_PREFIX and pid.isdigit() else None
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

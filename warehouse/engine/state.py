@@ -29,6 +29,10 @@ from schemas.paths import REPO_ROOT
 ENGINE_PACKAGES = ("etl", "warehouse", "schemas", "ingest", "featurehouse")
 #: The module the engine's process runs: how its pid is recognised as an engine's.
 SERVER_MODULE = "warehouse.engine.server"
+#: The environment variable that tells a session it runs inside the engine (the one classic session allowed beside it).
+INSIDE_ENGINE = "FEATUREHOUSE_ENGINE_PROCESS"
+#: A featurehouse client's Connect user id is this and its pid (``featurehouse-1234``).
+CLIENT_PREFIX = "featurehouse"
 
 
 @cache

@@ -1,0 +1,200 @@
+"""The engine (``warehouse.engine``): a real Spark Connect server for one home, and real commands as its clients,
+each in a process of its own (``featurehouse sql``), as a user runs them.
+
+One engine serves the module where it can; the tests that need another (a restart after SIGKILL, one for new
+code, the idle stop) say so. Every engine started here is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from warehouse.engine.client import running_engine
+from warehouse.engine.state import EngineFiles, read_json, write_json
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+FEATUREHOUSE = str(Path(sys.executable).parent / "featurehouse")
+
+
+def run(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FEATUREHOUSE_ENGINE_IDLE_MINUTES": "10"}  # an engine a killed test leaves stops itself
+    done = subprocess.run([FEATUREHOUSE, *args, "--home", str(home)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    if check:
+        assert done.returncode == 0, f"{args}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def sql(home: Path, statement: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return run(home, "sql", "--format", "json", statement, *flags)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("engine_home")
+    yield home
+    run(home, "engine", "stop", check=False)
+
+
+def engine_pids(home: Path) -> set[int]:
+    """The engine's Python process and its JVM."""
+    state = running_engine(EngineFiles(home))
+    assert state is not None, "no engine runs"
+    parent = psutil.Process(state.pid)
+    return {parent.pid, *(child.pid for child in parent.children(recursive=True))}
+
+
+def test_two_commands_at_once_start_one_engine_and_later_ones_reuse_it(home):
+    commands = [subprocess.Popen([FEATUREHOUSE, "sql", "--format", "json", f"SELECT {i} AS x", "--home", str(home)],
+                                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i in range(2)]  # fmt: skip
+    outputs = [c.communicate(timeout=300) for c in commands]
+    assert [c.returncode for c in commands] == [0, 0], outputs
+    assert [json.loads(out) for out, _ in outputs] == [[{"x": 0}], [{"x": 1}]]
+    starts = [err for _, err in outputs if "starting the engine for" in err]
+    assert len(starts) == 1, outputs  # one started it, the other waited for the lock and found it
+    assert "engine started in" in starts[0]
+    first = running_engine(EngineFiles(home))
+
+    again = sql(home, "SELECT 'again' AS x")
+    assert json.loads(again.stdout) == [{"x": "again"}] and again.stderr == ""  # nothing started, nothing said
+    assert running_engine(EngineFiles(home)).pid == first.pid
+
+    status = run(home, "engine", "status").stdout
+    assert f"pid            {first.pid}" in status and f"127.0.0.1:{first.port}" in status
+    assert "0 client session(s), 0 operation(s), 0 Spark job(s)" in status
+
+
+def test_the_token_is_private_and_a_wrong_or_missing_one_is_refused(home):
+    files = EngineFiles(home)
+    state = running_engine(files)
+    assert files.token.stat().st_mode & 0o777 == 0o600
+    assert len(files.read_token()) >= 40
+    for url in (state.url("not-the-token"), f"sc://127.0.0.1:{state.port}"):
+        script = (f"from pyspark.sql import SparkSession\nSparkSession.builder.remote({url!r}).getOrCreate()"
+                  ".sql('SELECT 1').collect()")  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and "UNAUTHENTICATED" in done.stderr, (url, done.stderr[-1500:])
+
+
+def test_nothing_of_the_engine_listens_beyond_the_loopback(home):
+    listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+                 and c.pid in engine_pids(home)]  # fmt: skip
+    ports = {c.laddr.port for c in listening}
+    assert running_engine(EngineFiles(home)).port in ports and len(ports) >= 3  # Connect, driver RPC, block manager
+    assert {c.laddr.ip for c in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+
+
+def test_a_classic_session_beside_the_engine_and_a_static_setting_are_refused(home):
+    off = run(home, "sql", "--engine", "off", "SELECT 1", check=False)
+    assert off.returncode == 2
+    assert "holds its embedded metastore" in off.stderr and "`featurehouse engine stop`" in off.stderr
+    static = run(home, "sql", "--conf", "spark.driver.memory=9g", "SELECT 1", check=False)
+    assert static.returncode == 2
+    assert "error: --conf spark.driver.memory is a static Spark setting, fixed when the engine started; run " \
+           "`featurehouse engine stop` and `featurehouse engine start --conf spark.driver.memory=...`" in static.stderr
+    runtime = sql(home, "SELECT current_timezone() AS tz", "--conf", "spark.sql.session.timeZone=Asia/Tokyo")
+    assert json.loads(runtime.stdout) == [{"tz": "Asia/Tokyo"}]  # a runtime setting holds for this command only
+    assert json.loads(sql(home, "SELECT current_timezone() AS tz").stdout) == [{"tz": "UTC"}]
+
+
+def test_a_dead_clients_session_is_closed(home):
+    script = ("import sys, time\nfrom pathlib import Path\nfrom warehouse.engine.client import engine_session\n"
+              f"with engine_session(Path({str(home)!r}), {{}}) as s:\n"
+              "    s.sql('SELECT 1').collect(); print('ready', flush=True); time.sleep(300)\n")  # fmt: skip
+    client = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert client.stdout.readline().strip() == "ready"
+    files = EngineFiles(home)
+    time.sleep(1.5)  # a heartbeat
+    assert read_json(files.heartbeat)["sessions"] == 1
+    client.kill()
+    client.wait()
+    deadline = time.monotonic() + 20
+    while read_json(files.heartbeat)["sessions"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert read_json(files.heartbeat)["sessions"] == 0
+    assert f"client pid {client.pid} is gone; closing its session" in files.log.read_text()
+
+
+def test_new_code_restarts_an_idle_engine_and_leaves_a_busy_one(home):
+    files = EngineFiles(home)
+    old = running_engine(files)
+    state = read_json(files.state)
+    write_json(files.state, {**state, "version": "0.0.1+old"})  # as if the code changed since it started
+
+    script = ("import time\nfrom pathlib import Path\nfrom warehouse.engine.client import connect\n"
+              f"s = connect({old.url(files.read_token())!r}); s.sql('SELECT 1').collect(); print('ready', flush=True)\n"
+              "time.sleep(300)\n")  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        time.sleep(1.5)
+        busy = run(home, "sql", "SELECT 1", check=False)
+        assert busy.returncode == 2, busy.stderr
+        assert "runs other code (0.0.1+old" in busy.stderr and "is in use (1 client session(s)" in busy.stderr
+        assert running_engine(files).pid == old.pid  # left running
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(3)  # the engine closes the dead holder's session
+    restarted = sql(home, "SELECT 1 AS x")
+    assert "runs other code (0.0.1+old); restarting it for" in restarted.stderr
+    assert running_engine(files).pid != old.pid and not psutil.pid_exists(old.pid)
+
+
+def test_a_killed_engine_is_replaced_by_the_next_command(home):
+    files = EngineFiles(home)
+    old = running_engine(files)
+    os.killpg(old.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while old.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    replaced = sql(home, "SELECT 1 AS x")
+    assert f"the engine for {home} (pid {old.pid}) is gone; starting a new one" in replaced.stderr
+    assert json.loads(replaced.stdout) == [{"x": 1}]
+
+
+def test_a_command_that_is_no_engine_client_stops_an_idle_engine_and_its_own_jvm_listens_on_the_loopback(home):
+    files = EngineFiles(home)
+    engine = running_engine(files)
+    command = subprocess.Popen([FEATUREHOUSE, "features", "diff", "--dataset", "ads", "--home", str(home)], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    seen: set[tuple[str, int]] = set()
+    while command.poll() is None:  # the classic session's sockets while its JVM runs
+        try:
+            jvms = {c.pid for c in psutil.Process(command.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            break
+        seen |= {(c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.pid in jvms}  # fmt: skip
+        time.sleep(0.1)
+    out, err = command.communicate()
+    assert command.returncode == 0, err
+    assert f"stopping the idle engine for {home} (pid {engine.pid})" in err and "features diff ads" in out
+    assert not engine.alive() and running_engine(files) is None
+    assert len({port for _, port in seen}) >= 2, seen  # its driver RPC and block manager at least
+    assert {ip for ip, _ in seen} <= {"127.0.0.1", "::ffff:127.0.0.1"}, seen
+
+
+def test_the_idle_engine_stops_itself(home):
+    assert "no engine runs for" in run(home, "engine", "status").stdout
+    started = run(home, "engine", "start", "--idle-stop-minutes", "0.05").stdout
+    assert "started in" in started and "of 3 s before it stops itself" in started
+    files = EngineFiles(home)
+    pid = running_engine(files).pid
+    deadline = time.monotonic() + 60
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not psutil.pid_exists(pid) and not files.state.exists()
+    assert "featurehouse engine: idle for 0.05 min, stopping" in files.log.read_text()
