@@ -96,9 +96,9 @@ from schemas.sql_text import identifier
 from warehouse.command import run_spark_job
 from warehouse.confs import input_size_confs, runtime_confs
 from warehouse.evolution import prepare_for_write
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 from warehouse.publish import GateOutcome, audit_and_publish, new_run_id
-from warehouse.quality import DayCounts, history_before, published_days, validate_with
+from warehouse.quality import DayCounts, history_before, import_ahead, published_days, validate_with
 from warehouse.spark_jobs import RunJobs, counting_jobs, explain
 from warehouse.stats import PartitionStats
 from warehouse.tables import CommitMetrics, persisted
@@ -472,6 +472,7 @@ def _summary(config: LabelJoinConfig, plan: _Plan, found: _Quarantined, labels: 
 def _run(spark: SparkSession, config: LabelJoinConfig, progress: Progress | None, jobs: RunJobs
          ) -> LabelJoinSummary:  # fmt: skip
     started = time.monotonic()
+    import_ahead()  # the gate's library loads while the records are read and joined
     say = progress or silent
     plan = _plan(spark, config, say)
     registry, ds = plan.registry, format_ds(plan.ds)  # ds: the string form, for messages
@@ -552,6 +553,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "they come from the joined rows, after the publish; `featurehouse catalog stats` computes them later",
     )
     add_common_arguments(parser)
+    add_engine_argument(parser)
 
 
 def config_from_args(ns: argparse.Namespace) -> LabelJoinConfig:
@@ -564,6 +566,7 @@ def config_from_args(ns: argparse.Namespace) -> LabelJoinConfig:
         explain_jobs=ns.explain_jobs,
         stats=ns.stats,
         **common_settings(ns),
+        **engine_settings(ns),
     )
 
 

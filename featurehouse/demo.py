@@ -181,9 +181,6 @@ def _start_from_scratch(spark: SparkSession, dataset: str, home: Path) -> None:
     """Drop what an earlier demo run left of ``dataset``: the demo replays its registry's history from nothing."""
     import shutil
 
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
     from etl.records.quarantine import quarantine_table
     from schemas.catalog import FEATURE_STATS, FEATURE_USAGE, FEATURES, QUALITY_GATE, catalog_table
     from warehouse.publish import STAGING_DATABASE
@@ -199,7 +196,7 @@ def _start_from_scratch(spark: SparkSession, dataset: str, home: Path) -> None:
                 spark.sql(f"DROP TABLE {STAGING_DATABASE}.{staged.name}")
     for name in (FEATURES, FEATURE_STATS, FEATURE_USAGE, QUALITY_GATE):
         if spark.catalog.tableExists(catalog_table(name)):
-            DeltaTable.forName(spark, catalog_table(name)).delete(F.col("dataset") == dataset)
+            spark.sql(f"DELETE FROM {catalog_table(name)} WHERE dataset = '{dataset}'")  # a validated name
     shutil.rmtree(home / "quality" / dataset, ignore_errors=True)
 
 

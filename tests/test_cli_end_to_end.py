@@ -41,7 +41,10 @@ def test_generate_join_and_query_from_the_command_line(tmp_path):
     assert "label join ads ds=2026-11-02 -> featurehouse.ads (Delta version 2)" in joined.stdout
 
     query = "SELECT ds, count(*) AS n, count(DISTINCT impression_id) AS ids FROM featurehouse.ads GROUP BY ds ORDER BY ds"
-    rows = json.loads(sh(featurehouse, "sql", "--format", "json", query, *QUIET, env=env).stdout)
+    # on the home's engine, which it starts (a static setting such as spark.ui.enabled is the engine's, not a query's)
+    answer = sh(featurehouse, "sql", "--format", "json", query, "--conf", "spark.sql.shuffle.partitions=2", env=env)
+    assert "starting the engine for" in answer.stderr
+    rows = json.loads(answer.stdout)
     assert [r["ds"] for r in rows] == ["2026-11-01", "2026-11-02"]
     assert all(r["n"] == r["ids"] for r in rows)
     # each ds holds one row per distinct impression id logged that day (the generator writes no bad records; its
@@ -53,7 +56,9 @@ def test_generate_join_and_query_from_the_command_line(tmp_path):
     assert rows == [{"ds": ds, "n": len(set(ids)), "ids": len(set(ids))} for ds, ids in sorted(logged.items())]
     assert [r["n"] for r in rows] == [400, 400] and sum(map(len, logged.values())) > 800  # duplicates were dropped
 
-    applied = sh(featurehouse, "features", "apply", "--dataset", "ads", *QUIET, env=env).stdout
+    applied = sh(featurehouse, "features", "apply", "--dataset", "ads", *QUIET, env=env)
+    assert "stopping the idle engine for" in applied.stderr  # a command with a Spark session of its own
+    applied = applied.stdout
     assert "features apply ads:" in applied and "catalog sync ads: 91 added" in applied
     stats = sh(str(BIN / "spark-submit"), *spark_args, "etl/maintenance/catalog.py", "stats", "--dataset", "ads",
                "--ds", "2026-11-01", env=env).stdout

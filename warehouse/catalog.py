@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -24,7 +23,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from schemas.catalog import CATALOG_DATABASE, CATALOG_TABLES, FEATURES, FEATURES_SCHEMA, catalog_table
 from schemas.registry import DatasetRegistry, Feature
 from warehouse.catalog_views import VIEWS
-from warehouse.tables import create_if_missing, overwrite_where, retry_conflicts
+from warehouse.tables import create_delta_sql, create_if_missing, overwrite_where, retry_conflicts
 
 #: The columns of ``features`` that say what a feature is (everything but ``updated_at``).
 _CONTENT = tuple(f.name for f in FEATURES_SCHEMA if f.name != "updated_at")
@@ -35,15 +34,8 @@ def ensure_catalog_table(spark: SparkSession, name: str) -> str:
     table = catalog_table(name)
     schema, partition_columns = CATALOG_TABLES[name]
 
-    def create() -> None:
-        builder = DeltaTable.createIfNotExists(spark).tableName(table).addColumns(
-            from_arrow_schema(schema, prefer_timestamp_ntz=False)
-        )
-        if partition_columns:
-            builder = builder.partitionedBy(*partition_columns)
-        builder.execute()
-
-    create_if_missing(spark, table, create)
+    columns = from_arrow_schema(schema, prefer_timestamp_ntz=False)
+    create_if_missing(spark, table, lambda: spark.sql(create_delta_sql(table, columns, partitioned_by=partition_columns)))
     return table
 
 

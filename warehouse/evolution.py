@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType
 from pyspark.errors import AnalysisException
@@ -35,7 +34,7 @@ from schemas.registry import KEY_COLUMNS, PARTITION_COLUMN, DatasetRegistry, Fea
 from schemas.spark import feature_type, table_schema
 from warehouse.derived import validate_derived
 from warehouse.catalog import SyncResult, catalog_features, feature_row, sync_features
-from warehouse.tables import CONFLICTS, DATABASE, create_if_missing, table_name
+from warehouse.tables import CONFLICTS, DATABASE, create_delta_sql, create_if_missing, table_name, table_properties
 
 
 
@@ -251,8 +250,7 @@ def table_state(spark: SparkSession, table: str) -> tuple[dict[str, DataType] | 
     if not spark.catalog.tableExists(table):
         return None, False
     columns = {f.name: f.dataType for f in spark.table(table).schema.fields}
-    properties = DeltaTable.forName(spark, table).detail().first()["properties"] or {}
-    return columns, properties.get(COLUMN_MAPPING_MODE, "none") == "name"
+    return columns, table_properties(spark, table).get(COLUMN_MAPPING_MODE, "none") == "name"
 
 
 def make_plan(
@@ -268,15 +266,10 @@ def make_plan(
 
 def create_table(spark: SparkSession, registry: DatasetRegistry, table: str) -> None:
     """Create the feature table from the registry, partitioned by ds, with column mapping by name."""
-    create_if_missing(spark, table, lambda: (
-        DeltaTable.createIfNotExists(spark)
-        .tableName(table)
-        .addColumns(table_schema(registry))
-        .partitionedBy(PARTITION_COLUMN)
-        .property(COLUMN_MAPPING_MODE, "name")
-        .comment(registry.description or f"feature table of dataset {registry.dataset}")
-        .execute()
-    ))  # fmt: skip
+    create_if_missing(spark, table, lambda: spark.sql(create_delta_sql(
+        table, table_schema(registry), partitioned_by=[PARTITION_COLUMN], properties={COLUMN_MAPPING_MODE: "name"},
+        comment=registry.description or f"feature table of dataset {registry.dataset}",
+    )))  # fmt: skip
 
 
 def apply_table_changes(spark: SparkSession, the_plan: Plan, *, only_automatic: bool = False) -> list[Change]:

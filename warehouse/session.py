@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (on an engine), not a classic one with a JVM in this process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def configure_builder(builder: SparkSession.Builder, confs: Mapping[str, str]) -> SparkSession.Builder:
     """Apply ``confs`` to a SparkSession builder and return it."""
     for key, value in confs.items():

@@ -1,6 +1,8 @@
 """The Spark jobs a run launched, listed by purpose: what ``--explain-jobs`` prints.
 
-A run counts its jobs in a job group of its own (:func:`counting_jobs`); :func:`jobs_of_group` then reads, for
+In a classic session a run counts its jobs in a job group of its own (:func:`counting_jobs`); on an engine
+(Spark Connect: no job groups, no JVM here) under a tag of its own, read back from the engine's status API
+(:class:`TaggedJobs`). :func:`jobs_of_group` reads, for
 every job of the group, its description and its call site (the Python line of the action, or Spark's or
 Delta's own frame). Jobs that Delta launches for itself (a snapshot's state, files filtered for a query, the
 table's history) are described by Delta ("Delta: ..."), so they show as Delta's.
@@ -8,6 +10,8 @@ table's history) are described by Delta ("Delta: ..."), so they show as Delta's.
 
 from __future__ import annotations
 
+import json
+import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -55,13 +59,49 @@ class RunJobs:
         return jobs_of_group(self.spark, self.group)
 
 
+#: The runtime setting through which an engine client knows its engine's UI (``warehouse.engine.client``).
+ENGINE_UI = "featurehouse.engine.ui"
+
+
+class TaggedJobs:
+    """The Spark jobs of one run's tag on an engine, from its UI's REST API (Spark Connect suffixes a session's
+    tags with ``_Tag_<tag>``); an engine whose UI is unknown (a remote one) counts none."""
+
+    def __init__(self, spark: Any, tag: str) -> None:
+        self.tag, self.ui = tag, spark.conf.get(ENGINE_UI, None)
+        self.app = spark.conf.get("spark.app.id", None)
+
+    def _jobs(self) -> list[dict[str, Any]]:
+        if not self.ui or not self.app:
+            return []
+        with urllib.request.urlopen(f"{self.ui}/api/v1/applications/{self.app}/jobs", timeout=10) as answer:
+            jobs = json.load(answer)
+        return [j for j in jobs if any(t == self.tag or t.endswith(f"_Tag_{self.tag}") for t in j.get("jobTags", []))]
+
+    def __call__(self) -> int:
+        return len(self._jobs())
+
+    def listed(self) -> list[SparkJob]:
+        return [SparkJob(j["jobId"], j.get("description", ""), j.get("name", ""), len(j.get("stageIds", [])))
+                for j in sorted(self._jobs(), key=lambda j: j["jobId"])]  # fmt: skip
+
+
 @contextmanager
-def counting_jobs(spark: Any, what: str) -> Iterator[RunJobs]:
+def counting_jobs(spark: Any, what: str) -> Iterator[RunJobs | TaggedJobs]:
     """Count the Spark jobs launched by this thread inside the block: yields the run's :class:`RunJobs`.
 
     The block runs in a Spark job group of its own (named after ``what``, shown in Spark's UI);
-    the thread's previous group is restored on exit.
+    the thread's previous group is restored on exit. On an engine it runs under a tag of its own
+    instead, which also lets it be interrupted alone (``spark.interruptTag``).
     """
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        tag = f"featurehouse-{uuid.uuid4().hex[:12]}"
+        spark.addTag(tag)
+        try:
+            yield TaggedJobs(spark, tag)
+        finally:
+            spark.removeTag(tag)
+        return
     sc = spark.sparkContext
     previous = {key: sc.getLocalProperty(key) for key in ("spark.jobGroup.id", DESCRIPTION)}
     group = f"featurehouse-{uuid.uuid4().hex[:12]}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 from dataclasses import dataclass
@@ -23,12 +23,14 @@ from delta.exceptions import (
     MetadataChangedException,
     ProtocolChangedException,
 )
-from delta.tables import DeltaTable
+import delta.connect.exceptions  # noqa: F401  - over Spark Connect, Delta's conflicts arrive as the classes above
 from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
+from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from schemas.errors import TableError
@@ -46,8 +48,8 @@ CONFLICTS = (
 #: How a CREATE that lost a race with a concurrent creator fails: a Delta conflict (seen in the concurrent label
 #: join test: ProtocolChangedException), the metastore's "already exists" (AnalysisException: the winner
 #: registered the table, or the database, in between), or a JVM error pyspark does not convert (Py4JJavaError:
-#: the metastore's own, in DataNucleus). Other errors are not retried.
-CREATE_RACE = (*CONFLICTS, AnalysisException, Py4JJavaError)
+#: the metastore's own, in DataNucleus; over Spark Connect, SparkConnectGrpcException). Other errors are not retried.
+CREATE_RACE = (*CONFLICTS, AnalysisException, Py4JJavaError, SparkConnectGrpcException)
 
 
 def table_name(dataset: str, *, database: str = DATABASE) -> str:
@@ -80,7 +82,34 @@ def table_location(spark: SparkSession, table: str) -> tuple[str, str]:
 
 def current_version(spark: SparkSession, table: str) -> int:
     """The Delta version ``table`` is at now."""
-    return int(DeltaTable.forName(spark, table).history(1).first()["version"])
+    return int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()["version"])
+
+
+def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
+    """``table``'s Delta properties (``DESCRIBE DETAIL``: Delta through SQL works in a classic session and on an
+    engine alike, where Delta's Python ``DeltaTable`` needs a server plugin the engine does not have)."""
+    return dict(spark.sql(f"DESCRIBE DETAIL {table}").first()["properties"] or {})
+
+
+def create_delta_sql(target: str, schema: StructType, *, partitioned_by: Sequence[str] = (),
+                     properties: Mapping[str, str] | None = None, comment: str | None = None) -> str:  # fmt: skip
+    """``CREATE TABLE IF NOT EXISTS`` of a Delta table: ``target`` is a metastore name or ``delta.`<path>```.
+
+    The columns are ``schema``'s DDL (names, types, NOT NULL, comments), as Delta's table builder would make them.
+    """
+    statement = f"CREATE TABLE IF NOT EXISTS {target} ({schema.toDDL()}) USING delta"
+    if partitioned_by:
+        statement += f" PARTITIONED BY ({', '.join(partitioned_by)})"
+    if comment:
+        statement += " COMMENT " + _sql_string(comment)
+    if properties:
+        statement += " TBLPROPERTIES (" + ", ".join(f"{_sql_string(k)} = {_sql_string(v)}"
+                                                   for k, v in properties.items()) + ")"  # fmt: skip
+    return statement
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition: Column) -> CommitMetrics:
@@ -94,10 +123,9 @@ def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition
     run_id = f"featurehouse:{uuid.uuid4()}"
     columns = [f.name for f in spark.table(table).schema.fields]
     frame.select(*columns).writeTo(table).option("userMetadata", run_id).overwrite(condition)
-    delta = DeltaTable.forName(spark, table)
-    history = delta.history(20).where(F.col("userMetadata") == run_id).collect()
+    history = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 20").where(F.col("userMetadata") == run_id).collect()
     if not history and frame.isEmpty():  # nothing to remove and nothing to add: Delta commits nothing
-        return CommitMetrics(version=int(delta.history(1).first()["version"]), rows=0, bytes=0, files=0, removed_files=0)
+        return CommitMetrics(version=current_version(spark, table), rows=0, bytes=0, files=0, removed_files=0)
     if len(history) != 1:
         raise TableError(f"could not find the commit of run {run_id} in the history of {table}")
     metrics = history[0]["operationMetrics"] or {}

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from etl.records.quarantine import quarantine_table
@@ -52,8 +52,9 @@ from schemas.registry import (
 )
 from warehouse.command import run_spark_job
 from warehouse.confs import runtime_confs
+from warehouse.session import is_connect
 from warehouse.flags import add_common_arguments, common_settings
-from warehouse.tables import current_version, retry_conflicts, table_name
+from warehouse.tables import current_version, retry_conflicts, table_name, table_properties
 
 #: Delta's default of ``delta.deletedFileRetentionDuration``, what VACUUM keeps when the table sets none.
 DEFAULT_FILE_RETENTION = "interval 1 week"
@@ -158,8 +159,13 @@ def chosen_registries(config: RetentionConfig) -> list[DatasetRegistry]:
 
 def _listing_tasks(spark: SparkSession) -> AbstractContextManager[None]:
     """VACUUM lists the table's folder in ``LISTING_PARALLELISM`` tasks; Spark's default, 10,000, takes
-    ~40 s on a small local table. Unless set (``--conf``), use one task per core while the block runs."""
-    return runtime_confs(spark, {LISTING_PARALLELISM: str(spark.sparkContext.defaultParallelism)}, keep_set=True)
+    ~40 s on a small local table. Unless set (``--conf``), use Spark's default parallelism (one task per core of
+    a local Spark) while the block runs; a session on an engine reads it from the engine's settings."""
+    if is_connect(spark):  # local Spark's default is the cores, of this machine on the embedded default
+        parallelism = spark.conf.get("spark.default.parallelism", None) or str(os.cpu_count() or 1)
+    else:
+        parallelism = str(spark.sparkContext.defaultParallelism)
+    return runtime_confs(spark, {LISTING_PARALLELISM: parallelism}, keep_set=True)
 
 
 def _vacuum(spark: SparkSession, table: str, *, apply: bool) -> int:
@@ -185,7 +191,7 @@ def expire_table(spark: SparkSession, table: str, cutoff_day: dt.date, *, apply:
         progress(f"{table}: no table")
         return TableRetention(table, exists=False)
     before = current_version(spark, table)
-    properties = DeltaTable.forName(spark, table).detail().first()["properties"] or {}
+    properties = table_properties(spark, table)
     file_retention = properties.get("delta.deletedFileRetentionDuration", DEFAULT_FILE_RETENTION)
     progress(f"{table}: counting rows per partition at Delta version {before}")
     at_before = spark.read.option("versionAsOf", before).table(table)

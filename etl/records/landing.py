@@ -7,37 +7,49 @@ Layout (written by the serving loggers, or by ``featurehouse generate``)::
     <landing>/{impressions,labels}/ds=YYYY-MM-DD/_SUCCESS   <- the ds is complete
 
 A ds partition is *closed* once its ``_SUCCESS`` marker exists. The layout itself is
-``schemas/landing_layout.py`` (no Spark); here paths go through Hadoop's FileSystem, so
-the landing zone may be a local folder or object storage.
+``schemas/landing_layout.py`` (no Spark); here a local folder is listed by the OS and other
+locations through Hadoop's FileSystem (in a classic session), so the landing zone may be a local
+folder or object storage.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from schemas.errors import ConfigError
 from schemas.landing_layout import SUCCESS_MARKER, Landing, RecordKind, label_days
 from schemas.spark import (
     CORRUPT_RECORD_COLUMN,
     impression_event_schema,
     label_event_schema,
 )
+from schemas.paths import local_path
+from warehouse.session import is_connect
 
 __all__ = ["SUCCESS_MARKER", "Landing", "RecordKind", "label_days"]  # the layout, re-exported for the Spark jobs
 
 
 def _filesystem_path(spark: SparkSession, path: str):  # noqa: ANN202 - py4j objects
+    """Hadoop's FileSystem for a location that is not a local path (``s3a://``, ``hdfs://``), through the JVM of a
+    classic session; a session on an engine has no JVM here (refused, naming the way that works)."""
+    if is_connect(spark):
+        raise ConfigError(f"{path}: a landing zone that is not a local folder is read through an engine only by "
+                          "Spark itself, not listed by this command yet; pass --engine off")  # fmt: skip
     jvm = spark.sparkContext._jvm
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
 
 
 def path_exists(spark: SparkSession, path: str) -> bool:
-    """Whether ``path`` exists, on whatever filesystem its scheme names."""
+    """Whether ``path`` exists: a local path by the OS, another location on whatever filesystem its scheme names."""
+    if (local := local_path(path)) is not None:
+        return local.exists()
     fs, hadoop_path = _filesystem_path(spark, path)
     return bool(fs.exists(hadoop_path))
 
@@ -114,20 +126,36 @@ def line_numbers(rows: DataFrame, every_row: DataFrame) -> DataFrame:
     )
 
 
+def _local_files(folder: Path) -> Iterator[Path]:
+    return (p for p in folder.rglob("*") if p.is_file())
+
+
 def bytes_under(spark: SparkSession, paths: Sequence[str]) -> int:
     """The bytes of the files under ``paths`` (recursively; a missing path counts 0): one listing call per path."""
     total = 0
     for path in paths:
+        if (local := local_path(path)) is not None:
+            total += sum(p.stat().st_size for p in _local_files(local)) if local.is_dir() else \
+                (local.stat().st_size if local.exists() else 0)  # fmt: skip
+            continue
         fs, hadoop_path = _filesystem_path(spark, path)
         if fs.exists(hadoop_path):
             total += int(fs.getContentSummary(hadoop_path).getLength())
     return total
 
 
+def _is_data_file(name: str) -> bool:
+    return not name.startswith(("_", "."))
+
+
 def empty_files(spark: SparkSession, paths: Sequence[str]) -> list[str]:
     """The empty data files under ``paths`` (recursively): a logger that died before writing its first line."""
     found = []
     for path in paths:
+        if (local := local_path(path)) is not None:
+            if local.is_dir():
+                found += [f"file:{p}" for p in _local_files(local) if p.stat().st_size == 0 and _is_data_file(p.name)]
+            continue
         fs, hadoop_path = _filesystem_path(spark, path)
         if not fs.exists(hadoop_path):
             continue
@@ -135,7 +163,7 @@ def empty_files(spark: SparkSession, paths: Sequence[str]) -> list[str]:
         while files.hasNext():
             status = files.next()
             name = status.getPath().getName()
-            if status.getLen() == 0 and not name.startswith(("_", ".")):
+            if status.getLen() == 0 and _is_data_file(name):
                 found.append(str(status.getPath()))
     return sorted(found)
 

@@ -27,7 +27,6 @@ import datetime as dt
 import math
 from collections.abc import Callable, Sequence
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -37,7 +36,7 @@ from schemas.names import format_ds, validate_name
 from schemas.registry import DatasetRegistry, DType, Feature, Kind
 from schemas.spark import CORRUPT_RECORD_COLUMN
 from schemas.sql_text import identifier, literal
-from warehouse.tables import create_if_missing, replace_partition
+from warehouse.tables import create_delta_sql, create_if_missing, replace_partition
 
 DATABASE = "featurehouse_quarantine"
 FLOAT32_MAX = 3.4028234663852886e38
@@ -265,7 +264,6 @@ def write_quarantine(spark: SparkSession, dataset: str, day: dt.date, rows: Data
     table = quarantine_table(dataset)
     if empty and (not spark.catalog.tableExists(table) or spark.table(table).where(F.col("ds") == format_ds(day)).isEmpty()):
         return table  # nothing to keep, nothing to clear (the table is created by the first bad record)
-    create_if_missing(spark, table, lambda: DeltaTable.createIfNotExists(spark).tableName(table).addColumns(SCHEMA)
-                      .partitionedBy("ds").execute())  # fmt: skip
+    create_if_missing(spark, table, lambda: spark.sql(create_delta_sql(table, SCHEMA, partitioned_by=["ds"])))
     replace_partition(spark, table, rows, day)
     return table

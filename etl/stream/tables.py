@@ -21,7 +21,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -31,7 +30,7 @@ from schemas.catalog import CATALOG_DATABASE
 from schemas.names import format_ds, validate_name
 from schemas.registry import DatasetRegistry
 from warehouse.publish import STAGING_DATABASE
-from warehouse.tables import in_metastore
+from warehouse.tables import create_delta_sql, in_metastore
 from etl.stream.plan import staged_impression_columns
 
 #: The ``record`` of a staged record: an impression (its features) or a label.
@@ -139,8 +138,7 @@ class StreamTables:
 
     def create(self, spark: SparkSession, table: str, schema: T.StructType, *, partitioned: bool = False) -> None:
         """Create ``table`` at its path if it is not there (by path: no metastore)."""
-        builder = DeltaTable.createIfNotExists(spark).location(self.path(table)).addColumns(schema)
-        (builder.partitionedBy("ds") if partitioned else builder).execute()
+        spark.sql(create_delta_sql(f"delta.`{self.path(table)}`", schema, partitioned_by=["ds"] if partitioned else []))
 
     def register(self, spark: SparkSession, registry: DatasetRegistry) -> None:
         """Name every table of the stream in the metastore (``CREATE TABLE IF NOT EXISTS ... LOCATION``), and the

@@ -46,8 +46,8 @@ def test_a_metastore_held_by_another_jvm_is_refused_naming_the_fixes(tmp_path):
                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "holding"
-        refused = subprocess.run([sys.executable, "-m", "featurehouse.cli", "sql", "--home", str(home), "SELECT 1"],
-                                 cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+        refused = subprocess.run([sys.executable, "-m", "featurehouse.cli", "sql", "--home", str(home), "--engine", "off",
+                                  "SELECT 1"], cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
         assert refused.returncode == 2
         assert refused.stderr.strip().splitlines() == [
             f"error: the embedded metastore {home / 'metastore_db'} is in use by another Spark application: embedded "

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from schemas.errors import ConfigError, FeaturehouseError
 from schemas.paths import REPO_ROOT
+from warehouse.spark_jobs import ENGINE_UI
 from warehouse.engine.state import (CLIENT_PREFIX, SERVER_MODULE, EngineFiles, EngineState, code_version, read_json,
                                     read_state)
 
@@ -186,6 +187,8 @@ def engine_session(home: Path, confs: Mapping[str, str], *, remote: str | None =
         files = EngineFiles(Path(home))
         state = ensure_engine(files)
         spark = connect(state.url(files.read_token()))
+        if state.ui:
+            spark.conf.set(ENGINE_UI, state.ui)  # where this session's jobs are counted (warehouse.spark_jobs)
     try:
         apply_settings(spark, confs)
         yield spark

@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_state(files, EngineState(
             pid=os.getpid(), port=port, started_at=now_iso(), version=code_version(), pyspark=pyspark.__version__,
             python=sys.executable, idle_stop_s=idle_stop_s, driver_memory=confs.get("spark.driver.memory", ""),
-            settings=shown,
+            settings=shown, ui=spark.sparkContext.uiWebUrl or "",
         ))  # fmt: skip
         print(f"featurehouse engine: listening on {LOOPBACK}:{port} for {home} (pid {os.getpid()})", flush=True)
         heart = Heart(spark, files, idle_stop_s)

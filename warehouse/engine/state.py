@@ -101,6 +101,7 @@ class EngineState:
     idle_stop_s: float
     driver_memory: str
     settings: dict[str, str]
+    ui: str = ""  # the engine's Spark UI (and its REST API), on the loopback; "" when off
 
     def url(self, token: str | None = None) -> str:
         # "localhost", not 127.0.0.1: pyspark sends a token without TLS only over gRPC's local credentials, which
