@@ -1,7 +1,8 @@
-"""The commands as a user runs them, each in its own process and JVM, on one fresh data folder:
-``featurehouse generate``, the label join by spark-submit and by the CLI, ``featurehouse sql``,
-``features apply``, the catalog stats job by spark-submit, and the stock ``spark-sql`` shell with
-``featurehouse spark-args``."""
+"""The commands as a user runs them, each in its own process, on one fresh data folder:
+``featurehouse generate``, the label join by spark-submit (a JVM of its own) and by the CLI (on the
+home's engine, which it starts), ``featurehouse sql`` (on the same engine), ``features apply`` (a
+JVM of its own, after stopping the idle engine), the catalog stats job by spark-submit, and the
+stock ``spark-sql`` shell with ``featurehouse spark-args``."""
 
 from __future__ import annotations
 
@@ -37,13 +38,15 @@ def test_generate_join_and_query_from_the_command_line(tmp_path):
                    "--ds", "2026-11-01", env=env)
     assert "label join ads ds=2026-11-01 -> featurehouse.ads (Delta version 1)" in submitted.stdout
 
-    joined = sh(featurehouse, "label-join", "--dataset", "ads", "--ds", "2026-11-02", *QUIET, env=env)
+    # on the home's engine, which it starts (a static setting such as spark.ui.enabled is the engine's, not a job's)
+    joined = sh(featurehouse, "label-join", "--dataset", "ads", "--ds", "2026-11-02", "--conf",
+                "spark.sql.shuffle.partitions=2", env=env)
     assert "label join ads ds=2026-11-02 -> featurehouse.ads (Delta version 2)" in joined.stdout
+    assert "starting the engine for" in joined.stderr
 
     query = "SELECT ds, count(*) AS n, count(DISTINCT impression_id) AS ids FROM featurehouse.ads GROUP BY ds ORDER BY ds"
-    # on the home's engine, which it starts (a static setting such as spark.ui.enabled is the engine's, not a query's)
     answer = sh(featurehouse, "sql", "--format", "json", query, "--conf", "spark.sql.shuffle.partitions=2", env=env)
-    assert "starting the engine for" in answer.stderr
+    assert answer.stderr == ""  # the engine the label join started
     rows = json.loads(answer.stdout)
     assert [r["ds"] for r in rows] == ["2026-11-01", "2026-11-02"]
     assert all(r["n"] == r["ids"] for r in rows)

@@ -80,7 +80,10 @@ def test_the_token_is_private_and_a_wrong_or_missing_one_is_refused(home):
     files = EngineFiles(home)
     state = running_engine(files)
     assert files.token.stat().st_mode & 0o777 == 0o600
-    assert len(files.read_token()) >= 40
+    token = files.read_token()
+    assert len(token) >= 40
+    for pid in engine_pids(home):  # command lines are public (ps): the token goes to the JVM by its environment
+        assert token not in " ".join(psutil.Process(pid).cmdline())
     for url in (state.url("not-the-token"), f"sc://127.0.0.1:{state.port}"):
         script = (f"from pyspark.sql import SparkSession\nSparkSession.builder.remote({url!r}).getOrCreate()"
                   ".sql('SELECT 1').collect()")  # fmt: skip

@@ -121,7 +121,8 @@ def joined(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory):
     }
     home = root / "spark"
     args = [sys.executable, "-m", "featurehouse.cli", "label-join", "--dataset", DATASET, "--ds", DS,
-            "--home", str(home), "--landing", str(root / "landing"), "--registry-dir", str(registry_dir)]  # fmt: skip
+            "--home", str(home), "--landing", str(root / "landing"), "--registry-dir", str(registry_dir),
+            "--engine", "off"]  # fmt: skip  (its own S3 settings: a session of its own, not the home's engine)
     for key, value in confs.items():
         args += ["--conf", f"{key}={value}"]
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=1200)

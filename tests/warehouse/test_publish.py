@@ -203,8 +203,8 @@ def test_a_label_join_killed_mid_publish_leaves_the_table_intact_and_a_rerun_com
     close_label_days(landing, DAY1, 4)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     command = [str(Path(sys.executable).parent / "featurehouse"), "label-join", "--dataset", dataset, "--ds", DAY1,
-               "--home", str(home), "--registry-dir", str(registry_dir), "--conf", "spark.ui.enabled=false",
-               "--conf", "spark.sql.shuffle.partitions=2"]  # fmt: skip
+               "--home", str(home), "--registry-dir", str(registry_dir), "--engine", "off",
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"]  # fmt: skip
     table_dir = home / "warehouse" / "featurehouse.db" / dataset
 
     for _attempt in range(3):

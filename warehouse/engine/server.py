@@ -43,8 +43,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def engine_confs(home: Path, overrides: dict[str, str], port: int, token: str) -> dict[str, str]:
-    """The embedded default's settings with the Connect server on ``port`` of the loopback, behind ``token``.
+#: Where Spark's Connect server reads its token when ``spark.connect.authenticate.token`` is not set: the token
+#: goes to the JVM through its environment (readable by this user alone), not its command line (``ps`` shows
+#: that to every user, and pyspark puts every setting on it).
+TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+
+
+def engine_confs(home: Path, overrides: dict[str, str], port: int) -> dict[str, str]:
+    """The embedded default's settings with the Connect server on ``port`` of the loopback (its token: see
+    :data:`TOKEN_VARIABLE`).
 
     ``spark.connect.grpc.port.maxRetries`` 0: a port taken since it was chosen fails the start rather than moving
     to another port than the state file will name. FAIR scheduling: one client's label join does not hold a
@@ -57,7 +64,6 @@ def engine_confs(home: Path, overrides: dict[str, str], port: int, token: str) -
         "spark.connect.grpc.binding.address": LOOPBACK,
         "spark.connect.grpc.binding.port": str(port),
         "spark.connect.grpc.port.maxRetries": "0",
-        "spark.connect.authenticate.token": token,
         "spark.scheduler.mode": "FAIR",
     })  # fmt: skip
     return confs
@@ -136,7 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     idle_stop_s = idle_stop_minutes(args.idle_stop_minutes) * 60
     port = free_port()
     overrides = parse_conf_pairs(args.conf)
-    confs = engine_confs(home, overrides, port, files.read_token())
+    if "spark.connect.authenticate.token" in overrides:
+        raise SystemExit("featurehouse engine: the token is the engine's own (<home>/engine/token); do not set one")
+    confs = engine_confs(home, overrides, port)
+    os.environ[TOKEN_VARIABLE] = files.read_token()
     os.environ[INSIDE_ENGINE] = "1"
     os.environ["PYSPARK_PYTHON"] = sys.executable  # foreachBatch runs in Python workers: this environment's code
     quiet_query_context_logs()
