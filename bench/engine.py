@@ -52,7 +52,8 @@ def engine_memory(home: Path) -> str:
         return "no engine"
     parent = psutil.Process(state.pid)
     rss = {p.name(): p.memory_info().rss for p in [parent, *parent.children(recursive=True)]}
-    return ", ".join(f"{name} {size / 2**20:,.0f} MiB" for name, size in rss.items())
+    return ", ".join(f"{name} {size / 2**20:,.0f} MiB" for name, size in rss.items() if size > 2**20) + \
+        f" (resident; {sum(rss.values()) / 2**20:,.0f} MiB in all)"
 
 
 def main(argv: list[str] | None = None) -> int:

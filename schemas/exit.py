@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterable
 from schemas.errors import FeaturehouseError
 from schemas.redact import redact
 
+#: A command stopped by Ctrl-C or SIGTERM: the shell's own status for SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
+
 
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message (Spark's run to pages), or its type when it has none."""
@@ -33,6 +36,9 @@ def run_command(body: Callable[[], str | None], secrets: Iterable[str] = ()) -> 
     """
     try:
         output = body()
+    except KeyboardInterrupt:  # Ctrl-C (or, on the engine, SIGTERM): what ran was stopped, nothing half-published
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except FeaturehouseError as err:
         details = getattr(err, "details", "")
         if details:

@@ -18,11 +18,11 @@ if TYPE_CHECKING:
 #: Test modules that share one group, hence one xdist lane and one session fixture: the Kafka users (one broker).
 SHARED_GROUPS = {"tests/etl/test_stream.py": "kafka", "tests/etl/test_produce.py": "kafka"}
 #: The longest groups, longest first (seconds alone, 2026-12-06: Airflow ~650, the stream's kill cases ~420, cluster
-#: ~300, Kafka (the other stream tests and the producer) ~250, CLI ~260, DPP ~250): a lane that takes one of these
+#: ~300, Kafka (the other stream tests and the producer) ~250, CLI ~260, DPP ~250, the engine ~120): a lane that takes one of these
 #: early leaves the short modules to the other, so the two lanes end together. Every other module follows in
 #: collection order.
 LONGEST_FIRST = ["tests/airflow/test_dags.py", "tests/etl/test_stream_restarts.py", "tests/test_cluster.py", "kafka",
-                 "tests/test_cli_end_to_end.py", "tests/ingest/test_dpp.py"]  # fmt: skip
+                 "tests/test_cli_end_to_end.py", "tests/ingest/test_dpp.py", "tests/warehouse/test_engine.py"]  # fmt: skip
 
 
 def _group(module: str) -> str:

@@ -161,7 +161,7 @@ _QUERY_ROOTS = frozenset(
     "UnresolvedSubqueryColumnAliases RepartitionByExpression Repartition".split()
 )
 #: Delta's statements that change a table, which Delta's parser reads before Spark's and EXPLAIN's parser (Spark's)
-#: does not know: refused by their first word.
+#: does not know: refused by their first word. Delta's DESCRIBE HISTORY and DETAIL are reads, known by their first two.
 _DELTA_WRITES = ("VACUUM", "RESTORE", "OPTIMIZE", "REORG", "CONVERT", "GENERATE")
 _LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
 
@@ -178,12 +178,14 @@ def write_in(spark: SparkSession, statement: str) -> str | None:
     in a classic session and over Spark Connect. The parsed plan is read-only when its root is a SHOW,
     DESCRIBE or EXPLAIN, or a query's node (``_QUERY_ROOTS``) with no INSERT or not-yet-resolved
     statement below it (Spark parses ``INSERT``, also inside ``WITH``, into such nodes). Any other root
-    is a command and named. Delta's own writes (VACUUM, RESTORE, ...) are named by their first word.
+    is a command and named. Delta's own writes (VACUUM, RESTORE, ...) are named by their first word; its DESCRIBE
+    HISTORY and DETAIL pass.
     """
-    body = _LEADING_COMMENTS.sub("", statement, count=1)
-    first = body.split(None, 1)[0].upper() if body.strip() else ""
-    if first in _DELTA_WRITES:
-        return first
+    words = _LEADING_COMMENTS.sub("", statement, count=1).upper().split(None, 2)
+    if words and words[0] in _DELTA_WRITES:
+        return words[0]
+    if words[:1] in (["DESC"], ["DESCRIBE"]) and words[1:2] in (["HISTORY"], ["DETAIL"]):
+        return None  # Delta's reads (``... LIMIT n`` is Delta's grammar alone); anything else there is a DESCRIBE
     try:
         text = spark.sql(f"EXPLAIN EXTENDED {statement}").first()[0]
     except Exception as err:  # pyspark's ParseException, classic or Connect

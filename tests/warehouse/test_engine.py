@@ -71,6 +71,9 @@ def test_two_commands_at_once_start_one_engine_and_later_ones_reuse_it(home):
     assert json.loads(again.stdout) == [{"x": "again"}] and again.stderr == ""  # nothing started, nothing said
     assert running_engine(EngineFiles(home)).pid == first.pid
 
+    from warehouse.engine.client import busy_with
+
+    assert busy_with(EngineFiles(home), settle_s=5) is None  # the heartbeat, a second behind, sees the clients gone
     status = run(home, "engine", "status").stdout
     assert f"pid            {first.pid}" in status and f"127.0.0.1:{first.port}" in status
     assert "0 client session(s), 0 operation(s), 0 Spark job(s)" in status
@@ -110,6 +113,39 @@ def test_a_classic_session_beside_the_engine_and_a_static_setting_are_refused(ho
     runtime = sql(home, "SELECT current_timezone() AS tz", "--conf", "spark.sql.session.timeZone=Asia/Tokyo")
     assert json.loads(runtime.stdout) == [{"tz": "Asia/Tokyo"}]  # a runtime setting holds for this command only
     assert json.loads(sql(home, "SELECT current_timezone() AS tz").stdout) == [{"tz": "UTC"}]
+
+
+def test_an_interrupted_client_stops_its_operations_and_publishes_whole_or_nothing(home):
+    run(home, "generate", "--days", "4", "--impressions-per-day", "500", "--start", "2026-11-01")
+    join = [FEATUREHOUSE, "label-join", "--dataset", "ads", "--ds", "2026-11-01", "--home", str(home)]
+    first = subprocess.run(join, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    files = EngineFiles(home)
+
+    def version() -> int:
+        return json.loads(sql(home, "DESCRIBE HISTORY featurehouse.ads LIMIT 1").stdout)[0]["version"]
+
+    published = version()
+    for signum, at in ((signal.SIGTERM, "validating the partition"), (signal.SIGINT, "publishing into")):
+        client = subprocess.Popen(join, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines = []
+        for line in client.stderr:  # the join's progress lines, until the step to interrupt
+            lines.append(line)
+            if at in line:
+                client.send_signal(signum)
+                break
+        err = "".join(lines) + client.stderr.read()
+        assert client.wait(timeout=120) == 130, err[-3000:]
+        assert "interrupted: stopping this command's operations on the engine" in err and "error: interrupted" in err
+        time.sleep(2)  # a heartbeat
+        beat = read_json(files.heartbeat)
+        assert beat["operations"] == 0 and beat["jobs"] == 0, beat  # nothing of the client runs on
+        now = version()
+        assert now in (published, published + 1), (signum, published, now)
+        rows = json.loads(sql(home, "SELECT count(*) AS n, count(DISTINCT impression_id) AS ids FROM featurehouse.ads "
+                                    "WHERE ds = '2026-11-01'").stdout)  # fmt: skip
+        assert rows == [{"n": 500, "ids": 500}]  # the previous copy or the whole new one, never part or both
+        published = now
 
 
 def test_a_dead_clients_session_is_closed(home):

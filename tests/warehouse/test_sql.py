@@ -113,6 +113,7 @@ def test_sql_errors_are_one_line(spark, spark_home, capsys):
 READS = [
     "SELECT 1", "WITH a AS (SELECT 1 AS x) SELECT * FROM a", "VALUES (1)", "SHOW TABLES IN featurehouse",
     "DESCRIBE TABLE featurehouse_catalog.features", "EXPLAIN SELECT 1", "DESCRIBE HISTORY featurehouse_catalog.features",
+    "DESCRIBE HISTORY featurehouse_catalog.features LIMIT 1", "desc detail featurehouse_catalog.features",
     "SELECT 1 UNION SELECT 2", "SELECT * FROM featurehouse_catalog.features TABLESAMPLE (50 PERCENT)", "TABLE featurehouse_catalog.features",
 ]
 WRITES = {

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -190,10 +191,33 @@ def engine_session(home: Path, confs: Mapping[str, str], *, remote: str | None =
         if state.ui:
             spark.conf.set(ENGINE_UI, state.ui)  # where this session's jobs are counted (warehouse.spark_jobs)
     try:
-        apply_settings(spark, confs)
-        yield spark
+        with terminate_as_interrupt():
+            apply_settings(spark, confs)
+            yield spark
+    except KeyboardInterrupt:
+        say("interrupted: stopping this command's operations on the engine")
+        spark.interruptAll()  # this session's operations only; a publish is one Delta commit, so none is half-done
+        raise
     finally:
-        spark.stop()
+        spark.stop()  # releases the session (the engine closes it, interrupting whatever still runs)
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while the block runs (as Ctrl-C does), so that a terminated client stops
+    its own operations on the engine before it exits. Only in the main thread, where Python handles signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def make_way(files: EngineFiles, *, chosen_off: bool) -> None:

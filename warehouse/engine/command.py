@@ -31,7 +31,9 @@ from warehouse.engine.state import EngineFiles, code_version, read_json
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="featurehouse engine", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="featurehouse engine",
+                                     description="Start, stop and inspect the data folder's resident Spark engine "
+                                     "(a Spark Connect server) that featurehouse sql and label-join run on.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:]))  # fmt: skip
     parser.add_argument("action", choices=["start", "stop", "status", "logs"])
