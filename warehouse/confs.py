@@ -78,6 +78,12 @@ def embedded_confs(home: Path) -> dict[str, str]:
         "spark.log.structuredLogging.enabled": "false",
         # the UI shows plans and settings; its kill links would let anyone who reaches it stop a job
         "spark.ui.killEnabled": "false",
+        # Constraint propagation (InferFiltersFromConstraints) is exponential in a projection's aliases: on the
+        # engine, the statistics' aggregate over a day's 91 features, planned while another client's join ran,
+        # filled the 4g heap with And/Not/Coalesce trees for over 10 minutes (jstack: Project.getAllValidConstraints)
+        # and never reached a Spark job. What it infers are filters (IS NOT NULL, equalities carried across a join);
+        # the jobs filter on ds themselves, and that filter is pushed down without it
+        "spark.sql.constraintPropagation.enabled": "false",
     }
 
 

@@ -115,11 +115,27 @@ def test_a_classic_session_beside_the_engine_and_a_static_setting_are_refused(ho
     assert json.loads(sql(home, "SELECT current_timezone() AS tz").stdout) == [{"tz": "UTC"}]
 
 
-def test_an_interrupted_client_stops_its_operations_and_publishes_whole_or_nothing(home):
+def test_concurrent_label_joins_on_the_engine_both_succeed_and_never_duplicate_rows(home):
+    """Two clients' joins at once: on a table neither has created (a CREATE race), then the same day twice (a Delta
+    conflict, which reaches the client over Spark Connect as Delta's own class and is retried)."""
     run(home, "generate", "--days", "4", "--impressions-per-day", "500", "--start", "2026-11-01")
+
+    def joins(*days: str) -> list[subprocess.CompletedProcess[str]]:
+        clients = [subprocess.Popen([FEATUREHOUSE, "label-join", "--dataset", "ads", "--ds", day, "--home", str(home)],
+                                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for day in days]  # fmt: skip
+        return [subprocess.CompletedProcess(c.args, c.wait(timeout=600), *c.communicate()) for c in clients]
+
+    for done in joins("2026-11-01", "2026-11-02") + joins("2026-11-01", "2026-11-01"):
+        assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads(sql(home, "SELECT ds, count(*) AS n, count(DISTINCT impression_id) AS ids FROM "
+                                  "featurehouse.ads GROUP BY ds ORDER BY ds").stdout)  # fmt: skip
+    assert counts == [{"ds": "2026-11-01", "n": 500, "ids": 500}, {"ds": "2026-11-02", "n": 500, "ids": 500}]
+
+
+def test_an_interrupted_client_stops_its_operations_and_publishes_whole_or_nothing(home):
+    """Reruns of a day the concurrent joins published: SIGTERM at the gate, SIGINT mid-publish."""
     join = [FEATUREHOUSE, "label-join", "--dataset", "ads", "--ds", "2026-11-01", "--home", str(home)]
-    first = subprocess.run(join, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
     files = EngineFiles(home)
 
     def version() -> int:
