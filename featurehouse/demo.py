@@ -183,6 +183,7 @@ def _start_from_scratch(spark: SparkSession, dataset: str, home: Path) -> None:
 
     from etl.records.quarantine import quarantine_table
     from schemas.catalog import FEATURE_STATS, FEATURE_USAGE, FEATURES, QUALITY_GATE, catalog_table
+    from schemas.sql_text import literal
     from warehouse.publish import STAGING_DATABASE
     from warehouse.tables import table_name
 
@@ -196,7 +197,7 @@ def _start_from_scratch(spark: SparkSession, dataset: str, home: Path) -> None:
                 spark.sql(f"DROP TABLE {STAGING_DATABASE}.{staged.name}")
     for name in (FEATURES, FEATURE_STATS, FEATURE_USAGE, QUALITY_GATE):
         if spark.catalog.tableExists(catalog_table(name)):
-            spark.sql(f"DELETE FROM {catalog_table(name)} WHERE dataset = '{dataset}'")  # a validated name
+            spark.sql(f"DELETE FROM {catalog_table(name)} WHERE dataset = {literal(dataset)}")
     shutil.rmtree(home / "quality" / dataset, ignore_errors=True)
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from py4j.protocol import Py4JError
 
+from warehouse.session import is_connect
+
 DESCRIPTION = "spark.job.description"
 #: Call sites in these classes are Delta's own work (the rest of a Scala call site is Spark's).
 _DELTA_FRAMES = ("Delta", "Snapshot", "Checkpoint", "OptimisticTransaction", "TransactionalWrite", "MergeInto")
@@ -94,7 +96,7 @@ def counting_jobs(spark: Any, what: str) -> Iterator[RunJobs | TaggedJobs]:
     the thread's previous group is restored on exit. On an engine it runs under a tag of its own
     instead, which also lets it be interrupted alone (``spark.interruptTag``).
     """
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
+    if is_connect(spark):
         tag = f"featurehouse-{uuid.uuid4().hex[:12]}"
         spark.addTag(tag)
         try:

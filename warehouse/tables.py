@@ -36,6 +36,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from schemas.errors import TableError
 from schemas.names import format_ds, validate_name
 from schemas.registry import PARTITION_COLUMN
+from schemas.sql_text import literal
 
 DATABASE = "featurehouse"
 T = TypeVar("T")
@@ -101,15 +102,10 @@ def create_delta_sql(target: str, schema: StructType, *, partitioned_by: Sequenc
     if partitioned_by:
         statement += f" PARTITIONED BY ({', '.join(partitioned_by)})"
     if comment:
-        statement += " COMMENT " + _sql_string(comment)
+        statement += " COMMENT " + literal(comment)
     if properties:
-        statement += " TBLPROPERTIES (" + ", ".join(f"{_sql_string(k)} = {_sql_string(v)}"
-                                                   for k, v in properties.items()) + ")"  # fmt: skip
+        statement += " TBLPROPERTIES (" + ", ".join(f"{literal(k)} = {literal(v)}" for k, v in properties.items()) + ")"
     return statement
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def overwrite_where(spark: SparkSession, table: str, frame: DataFrame, condition: Column) -> CommitMetrics:
