@@ -21,7 +21,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_f
 from schemas.errors import ConfigError
 from schemas.paths import default_home
 from schemas.settings import METASTORE_URL
-from warehouse.confs import embedded_confs, loopback_environment, session_confs
+from warehouse.confs import embedded_confs, loopback_environment, session_confs, submitted_confs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -142,8 +142,10 @@ def spark_session(
             yield spark
         return
     confs = session_confs(home, conf)
-    make_way_for_classic(home.resolve(), confs, engine)
-    check_metastore_free(home, confs)
+    # under spark-submit the settings it was given (its metastore among them) are left out of confs
+    effective = {**submitted_confs(), **confs} if "PYSPARK_GATEWAY_PORT" in os.environ else confs
+    make_way_for_classic(home.resolve(), effective, engine)
+    check_metastore_free(home, effective)
     loopback_environment(confs)
     spark = configure_builder(SparkSession.builder, confs).getOrCreate()
     spark.sparkContext.setLogLevel(log_level)

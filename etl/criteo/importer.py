@@ -81,7 +81,7 @@ from warehouse.command import run_spark_job
 from warehouse.confs import input_size_confs, runtime_confs
 from warehouse.derived import add_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.quality import DayCounts, DayMetrics, history_before, judge, metrics_by_day, published_days
 from warehouse.tables import CommitMetrics, persisted
@@ -491,6 +491,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="refuse a day if more than this share of its lines is malformed (default: the registry's "
                         "quality.max_bad_fraction, 0.01); bad lines are quarantined either way")  # fmt: skip
     add_common_arguments(parser)
+    add_engine_argument(parser)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> CriteoImportConfig:
@@ -504,7 +505,8 @@ def parse_args(argv: Sequence[str] | None = None) -> CriteoImportConfig:
     add_arguments(parser)
     ns = parser.parse_args(argv)
     return CriteoImportConfig(dataset=ns.dataset, ds=parse_ds(ns.ds), files=tuple(ns.files), split_days=ns.split_days,
-                              max_bad_fraction=ns.max_bad_fraction, **common_settings(ns))  # fmt: skip
+                              max_bad_fraction=ns.max_bad_fraction, **common_settings(ns),
+                              **engine_settings(ns))  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -44,7 +44,7 @@ from schemas.registry import DatasetRegistry, Feature, load_dataset
 from warehouse.command import run_spark_job
 from warehouse.derived import derived_column, validate_derived
 from warehouse.evolution import prepare_for_write
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 from warehouse.stats import refresh_partition_stats
 from warehouse.tables import current_version, replace_partition, table_name
 
@@ -212,13 +212,14 @@ def parse_args(argv: Sequence[str] | None = None) -> BackfillConfig:
     parser.add_argument("--from", dest="start", required=True, help="first ds to fill, YYYY-MM-DD")
     parser.add_argument("--to", dest="end", required=True, help="last ds to fill, YYYY-MM-DD (inclusive)")
     add_common_arguments(parser)
+    add_engine_argument(parser)
     ns = parser.parse_args(argv)
     return BackfillConfig(
         dataset=ns.dataset,
         features=tuple(ns.features),
         start=parse_ds(ns.start, what="--from"),
         end=parse_ds(ns.end, what="--to"),
-        **common_settings(ns),
+        **common_settings(ns), **engine_settings(ns),
     )
 
 

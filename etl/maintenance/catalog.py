@@ -26,7 +26,7 @@ from schemas.registry import load_dataset, registry_datasets
 from warehouse import stats
 from warehouse.catalog import ensure_catalog, sync_features
 from warehouse.command import run_spark_job
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 
 ACTIONS = ("sync", "stats")
 
@@ -89,12 +89,13 @@ def parse_args(argv: Sequence[str] | None = None) -> CatalogConfig:
                         help="dataset name (repeatable for sync; default: every registry file; exactly one for stats)")
     parser.add_argument("--ds", action="append", default=[], help="partition, YYYY-MM-DD (stats; repeatable)")
     add_common_arguments(parser)
+    add_engine_argument(parser)
     ns = parser.parse_args(argv)
     return CatalogConfig(
         action=ns.action,
         datasets=tuple(ns.dataset),
         days=tuple(parse_ds(d) for d in ns.ds),
-        **common_settings(ns),
+        **common_settings(ns), **engine_settings(ns),
     )
 
 

@@ -20,7 +20,7 @@ from schemas.config import DatasetJobConfig
 from schemas.registry import load_dataset
 from warehouse import evolution
 from warehouse.command import Summary, run_spark_job
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 
 ACTIONS = ("diff", "apply")
 
@@ -58,8 +58,9 @@ def parse_args(argv: Sequence[str] | None = None) -> FeaturesConfig:
     parser.add_argument("action", choices=ACTIONS, help="diff: show the plan; apply: run it")
     parser.add_argument("--dataset", required=True, help="dataset name; its registry is <registry-dir>/<dataset>.yaml")
     add_common_arguments(parser)
+    add_engine_argument(parser)
     ns = parser.parse_args(argv)
-    return FeaturesConfig(action=ns.action, dataset=ns.dataset, **common_settings(ns))
+    return FeaturesConfig(action=ns.action, dataset=ns.dataset, **common_settings(ns), **engine_settings(ns))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,7 +34,7 @@ from schemas.names import format_ds, parse_ds
 from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import load_dataset
 from warehouse.command import run_spark_job
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 from warehouse.publish import (
     Decision,
     Override,
@@ -136,6 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reason", default=None, help="why it is forced; recorded in featurehouse_catalog.quality_gate")
     parser.add_argument("--by", default=None, help="who forces it (default: the OS user)")
     add_common_arguments(parser)
+    add_engine_argument(parser)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> PublishConfig:
@@ -143,7 +144,7 @@ def parse_args(argv: Sequence[str] | None = None) -> PublishConfig:
     add_arguments(parser)
     ns = parser.parse_args(argv)
     return PublishConfig(dataset=ns.dataset, ds=parse_ds(ns.ds), run_id=ns.run, force=ns.force, reason=ns.reason,
-                         by=ns.by, **common_settings(ns))  # fmt: skip
+                         by=ns.by, **common_settings(ns), **engine_settings(ns))  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

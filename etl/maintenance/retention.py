@@ -53,7 +53,7 @@ from schemas.registry import (
 from warehouse.command import run_spark_job
 from warehouse.confs import runtime_confs
 from warehouse.session import is_connect
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 from warehouse.tables import current_version, retry_conflicts, table_name, table_properties
 
 #: Delta's default of ``delta.deletedFileRetentionDuration``, what VACUUM keeps when the table sets none.
@@ -247,12 +247,13 @@ def parse_args(argv: Sequence[str] | None = None) -> RetentionConfig:
     mode.add_argument("--dry-run", action="store_true", help="only report what would be dropped (the default)")
     mode.add_argument("--apply", action="store_true", help="drop the expired partitions, then vacuum")
     add_common_arguments(parser)
+    add_engine_argument(parser)
     ns = parser.parse_args(argv)
     config = RetentionConfig(
         datasets=tuple(ns.dataset),
         as_of=utc_today() if ns.as_of is None else parse_ds(ns.as_of, what="--as-of"),
         apply=ns.apply,
-        **common_settings(ns),
+        **common_settings(ns), **engine_settings(ns),
     )
     chosen_registries(config)  # a bad registry or --dataset fails here, before Spark starts
     return config

@@ -224,11 +224,12 @@ def test_a_killed_engine_is_replaced_by_the_next_command(home):
     assert json.loads(replaced.stdout) == [{"x": 1}]
 
 
-def test_a_command_that_is_no_engine_client_stops_an_idle_engine_and_its_own_jvm_listens_on_the_loopback(home):
+def test_a_classic_session_once_the_engine_is_stopped_listens_on_the_loopback(home):
     files = EngineFiles(home)
     engine = running_engine(files)
-    command = subprocess.Popen([FEATUREHOUSE, "features", "diff", "--dataset", "ads", "--home", str(home)], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert f"stopped the engine for {home} (pid {engine.pid})" in run(home, "engine", "stop").stdout
+    diff = [FEATUREHOUSE, "features", "diff", "--dataset", "ads", "--home", str(home), "--engine", "off"]
+    command = subprocess.Popen(diff, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: set[tuple[str, int]] = set()
     while command.poll() is None:  # the classic session's sockets while its JVM runs
         try:
@@ -240,7 +241,7 @@ def test_a_command_that_is_no_engine_client_stops_an_idle_engine_and_its_own_jvm
         time.sleep(0.1)
     out, err = command.communicate()
     assert command.returncode == 0, err
-    assert f"stopping the idle engine for {home} (pid {engine.pid})" in err and "features diff ads" in out
+    assert "features diff ads" in out
     assert not engine.alive() and running_engine(files) is None
     assert len({port for _, port in seen}) >= 2, seen  # its driver RPC and block manager at least
     assert {ip for ip, _ in seen} <= {"127.0.0.1", "::ffff:127.0.0.1"}, seen

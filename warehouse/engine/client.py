@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -108,16 +108,25 @@ def start_engine(files: EngineFiles, *, idle_stop_minutes: float | None = None,
 
 
 def stop_engine(files: EngineFiles, state: EngineState) -> None:
-    """Stop the engine (SIGTERM: Spark stops; after ``STOP_TIMEOUT_S`` its process group is killed)."""
+    """Stop the engine (SIGTERM: Spark stops; after ``STOP_TIMEOUT_S`` its process group is killed).
+
+    It returns once the engine's JVM is gone too, not only its Python process: until then the JVM may still hold
+    the embedded metastore's lock, which a classic session opened next (spark-submit's, which starts its JVM
+    before any check of ours) would fail on."""
+    import psutil
+
     try:
+        processes = [psutil.Process(state.pid)]
+        processes += processes[0].children(recursive=True)
         os.kill(state.pid, signal.SIGTERM)
-    except ProcessLookupError:
+    except (ProcessLookupError, psutil.NoSuchProcess):
+        files.state.unlink(missing_ok=True)
         return
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while state.alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if state.alive():
-        os.killpg(state.pid, signal.SIGKILL)
+    _, alive = psutil.wait_procs(processes, timeout=STOP_TIMEOUT_S)
+    if alive:
+        with suppress(ProcessLookupError):
+            os.killpg(state.pid, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=10)
     files.state.unlink(missing_ok=True)
 
 

@@ -157,6 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = configure_builder(SparkSession.builder, confs).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
+        # open the metastore now: the engine holds embedded Derby's lock from the moment it says it runs, so that a
+        # classic session started beside it fails at once rather than taking the metastore from under it
+        spark.catalog.listDatabases()
         shown = {k: v for k, v in overrides.items() if "token" not in k.lower()}
         write_state(files, EngineState(
             pid=os.getpid(), port=port, started_at=now_iso(), version=code_version(), pyspark=pyspark.__version__,
