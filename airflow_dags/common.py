@@ -51,6 +51,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: The pool every Spark task takes a slot of, and the Connection naming the Spark master.
 SPARK_POOL = "featurehouse_spark"
 SPARK_CONN_ID = "featurehouse_spark"
+#: The Spark Connect Connection of the engine the jobs are clients of: without a port, the data folder's own.
+ENGINE_CONN_ID = "featurehouse_engine"
+#: The commands that are no engine clients yet: always spark-submit.
+CLASSIC_ONLY = frozenset({"stream"})
 #: Where the DAGs without catchup start (their first run is the latest tick anyway).
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 #: The retries of every task (``default_args``), with backoff; a refused ds fails at once all the same.
@@ -206,16 +210,25 @@ def _error_line(output: str) -> str | None:
     return lines[-1][len("error: "):] if lines else None
 
 
-class FeaturehouseSubmit(SparkSubmitOperator):
-    """spark-submit of one featurehouse command (the module the CLI runs for it, see :func:`job_script`) on the warehouse.
+class FeaturehouseJob(SparkSubmitOperator):
+    """One featurehouse Spark command (the module the CLI runs for it, see :func:`job_script`) on the warehouse.
 
-    At run time it adds what the embedded set-up needs (``featurehouse spark-args``: Delta's jars,
-    the metastore, the warehouse folder), the Variables' Spark settings (also passed to the job as
-    ``--conf``, which the job applies last), ``--registry-dir`` and, for jobs that read the landing
-    zone, ``--landing``. The master comes from the Connection. It takes a slot of the Spark pool.
+    Where it runs is decided when the task runs:
 
-    A job the quality gate refused (exit 3) fails at once with the job's own message, which names
-    the gate's report; any other failure is retried.
+    * **on an engine** (``warehouse.engine``): on the embedded default (the Connection ``featurehouse_spark`` names a
+      ``local`` master and the Variables no metastore of their own), or wherever the Spark Connect Connection
+      ``featurehouse_engine`` names a remote engine (a port; its password is the token). The command runs in the
+      task's own process as a client of that engine: the data folder's own engine when the Connection has no port
+      (started in the background if none runs, its port and token read under ``<home>/engine/``), else
+      ``SparkConnectHook``'s URL. No JVM of the task's own.
+    * **by spark-submit** otherwise (a cluster's master), and for the commands that are no engine clients yet
+      (:data:`CLASSIC_ONLY`, the stream). At run time it adds what the embedded set-up needs (``featurehouse
+      spark-args``: Delta's jars, the metastore, the warehouse folder); the master comes from the Connection.
+
+    Either way the job gets the Variables' Spark settings as ``--conf`` (which it applies last),
+    ``--registry-dir`` and, for jobs that read the landing zone, ``--landing``, and takes a slot of the
+    Spark pool. A job the quality gate refused (exit 3) fails at once with the job's own message, which
+    names the gate's report; any other failure is retried.
     """
 
     def __init__(self, *, job: str, application_args: Sequence[str] | str, reads_landing: bool = False,
@@ -232,12 +245,9 @@ class FeaturehouseSubmit(SparkSubmitOperator):
         self.reads_landing = reads_landing
 
     def execute(self, context: Any) -> None:
-        from warehouse.confs import LOOPBACK, session_confs
+        from warehouse.confs import session_confs
 
         settings = Settings.load()
-        confs = session_confs(settings.home, settings.spark_conf)
-        local = confs.pop("spark.master", "").startswith("local")  # the Connection names the master
-        self.conf = {**confs, **(self.conf or {})}
         args = [str(a) for a in self.application_args or []]
         if settings.registry_dir:
             args += ["--registry-dir", settings.registry_dir]
@@ -245,7 +255,45 @@ class FeaturehouseSubmit(SparkSubmitOperator):
             args += ["--landing", settings.landing]
         for key, value in settings.spark_conf.items():
             args += ["--conf", f"{key}={value}"]
+        engine = None if self.job in CLASSIC_ONLY else engine_of(settings)
+        if engine is not None:
+            self._on_engine(context, settings, args, remote=engine or None)
+            return
+        confs = session_confs(settings.home, settings.spark_conf)
+        local = confs.pop("spark.master", "").startswith("local")  # the Connection names the master
+        self.conf = {**confs, **(self.conf or {})}
         self.application_args = args
+        self._submit(context, settings, local)
+
+    def _fail(self, context: Any, code: int | None, cause: str) -> None:
+        message = f"featurehouse {self.job} failed for ds {context.get('ds')}: {cause}"
+        if code == EXIT_REFUSED:
+            raise AirflowFailException(message)
+        raise AirflowException(message)
+
+    def _on_engine(self, context: Any, settings: Settings, args: list[str], remote: str | None) -> None:
+        """The command's ``main`` in this process, a client of the engine; its output goes to the task's log."""
+        import importlib
+        from contextlib import redirect_stderr
+
+        from featurehouse.cli import COMMANDS
+        from warehouse.flags import ENGINE_URL_VARIABLE
+
+        os.environ["FEATUREHOUSE_HOME"] = str(settings.home)  # the task's own process: nothing else reads these
+        os.environ.pop(ENGINE_URL_VARIABLE, None)
+        if remote:
+            os.environ[ENGINE_URL_VARIABLE] = remote
+        module = importlib.import_module(COMMANDS[self.job.replace("_", "-")][0])
+        log.info("featurehouse %s on the %s engine: %s", self.job, "remote" if remote else f"{settings.home}", args)
+        errors = ErrorLines(sys.stderr)
+        with redirect_stderr(errors):
+            code = module.main([*args, "--engine", "auto"])
+        if code:
+            self._fail(context, code, errors.last or f"exit code {code}")
+
+    def _submit(self, context: Any, settings: Settings, local: bool) -> None:
+        from warehouse.confs import LOOPBACK
+
         python_bin = str(Path(sys.executable).parent)
         self.env_vars = {
             **(self.env_vars or {}),
@@ -260,8 +308,39 @@ class FeaturehouseSubmit(SparkSubmitOperator):
         except AirflowException as err:
             text = str(err)
             code = re.search(r"Error code is: (\d+)", text)
-            cause = _error_line(text) or text.splitlines()[0]
-            message = f"featurehouse {self.job} failed for ds {context.get('ds')}: {cause}"
-            if code and int(code.group(1)) == EXIT_REFUSED:
-                raise AirflowFailException(message) from err
-            raise AirflowException(message) from err
+            self._fail(context, int(code.group(1)) if code else None, _error_line(text) or text.splitlines()[0])
+
+
+class ErrorLines:
+    """A text stream that passes everything on and keeps the last ``error: ...`` line a command printed."""
+
+    def __init__(self, target: Any) -> None:
+        self.target, self.last = target, None
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip().startswith("error: "):
+                self.last = line.strip()[len("error: "):]
+        return self.target.write(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+
+def engine_of(settings: Settings) -> str | None:
+    """Where a featurehouse command of a task runs: a remote engine's URL, "" for the data folder's own engine, or
+    None for spark-submit (a master other than local, or a metastore of the Variables' own)."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        engine = BaseHook.get_connection(ENGINE_CONN_ID)
+    except AirflowNotFoundException:
+        engine = None
+    if engine is not None and engine.port:
+        return SparkConnectHook(ENGINE_CONN_ID).get_connection_url()
+    from warehouse.session import uses_engine
+
+    master = BaseHook.get_connection(SPARK_CONN_ID).host or ""
+    return "" if master.startswith("local") and uses_engine("auto", None, settings.spark_conf) else None

@@ -20,7 +20,7 @@ import datetime as dt
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_dags.common import SPARK_POOL, START, FeaturehouseSubmit, dataset_param, default_args
+from airflow_dags.common import SPARK_POOL, START, FeaturehouseJob, dataset_param, default_args
 
 #: The longest range one trigger may ask for.
 MAX_DAYS = 366
@@ -64,14 +64,14 @@ with DAG(
         return [["--dataset", params["dataset"], "--ds", day] for day in days]
 
     days = plan()
-    backfill_feature = FeaturehouseSubmit(
+    backfill_feature = FeaturehouseJob(
         task_id="backfill_feature",
         job="backfill",
         application_args=["--dataset", "{{ params.dataset }}", "--feature", "{{ params.feature }}",
                           "--from", "{{ params.start }}", "--to", "{{ params.end }}"],  # fmt: skip
     )
     joins = join_args(days)
-    label_join = FeaturehouseSubmit.partial(
+    label_join = FeaturehouseJob.partial(
         task_id="label_join", job="label_join", reads_landing=True, pool=SPARK_POOL  # a mapped task needs it here
     ).expand(application_args=joins)
     days >> choose() >> [backfill_feature, joins]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, task
 
-from airflow_dags.common import FeaturehouseSubmit, dataset_param, default_args, env_date, env_seconds, landing_ready
+from airflow_dags.common import FeaturehouseJob, dataset_param, default_args, env_date, env_seconds, landing_ready
 
 POKE_S = env_seconds("FEATUREHOUSE_SENSOR_POKE_S", 600)
 TIMEOUT_S = env_seconds("FEATUREHOUSE_SENSOR_TIMEOUT_S", 7 * 24 * 3600)
@@ -49,7 +49,7 @@ with DAG(
     def wait_labels(**context):
         return landing_ready("labels", context)
 
-    join = FeaturehouseSubmit(
+    join = FeaturehouseJob(
         task_id="label_join",
         job="label_join",
         application_args=["--dataset", "{{ params.dataset }}", "--ds", "{{ ds }}"],

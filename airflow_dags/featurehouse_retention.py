@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 
-from airflow_dags.common import START, FeaturehouseSubmit, default_args
+from airflow_dags.common import START, FeaturehouseJob, default_args
 
 with DAG(
     dag_id="featurehouse_retention",
@@ -26,7 +26,7 @@ with DAG(
     tags=["featurehouse"],
     doc_md=__doc__,
 ) as dag:
-    FeaturehouseSubmit(
+    FeaturehouseJob(
         task_id="retention",
         job="retention",
         application_args=[

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG
 
-from airflow_dags.common import START, FeaturehouseSubmit, dataset_param, default_args
+from airflow_dags.common import START, FeaturehouseJob, dataset_param, default_args
 
 with DAG(
     dag_id="featurehouse_streaming",
@@ -24,7 +24,7 @@ with DAG(
     tags=["featurehouse"],
     doc_md=__doc__,
 ) as dag:
-    FeaturehouseSubmit(
+    FeaturehouseJob(
         task_id="stream",
         job="stream",
         application_args=["--dataset", "{{ params.dataset }}", "--source", "files", "--trigger", "available-now"],

@@ -9,14 +9,19 @@
   (``spark.hadoop.javax.jdo.option.ConnectionURL``). Run this again after changing either.
 * The Spark Connection ``featurehouse_spark`` (master ``local[*]``), unless it exists: edit it to
   point the jobs at a cluster, e.g. ``airflow connections add featurehouse_spark --conn-type spark
-  --conn-host spark://spark-master:7077`` after deleting the default one.
+  --conn-host spark://spark-master:7077`` after deleting the default one. On a ``local`` master the
+  jobs run on the data folder's engine; elsewhere by spark-submit.
+* The Spark Connect Connection ``featurehouse_engine`` (host ``sc://127.0.0.1``, no port: the data
+  folder's own engine, found under ``<home>/engine/``), unless it exists. Give it a port, and the
+  token as its password, to make the jobs clients of a remote engine (``airflow_dags.common.FeaturehouseJob``).
+  Write the host as ``sc://HOST``: the provider's hook turns a bare ``localhost`` plus a port into ``sc:/``.
 """
 
 from __future__ import annotations
 
 import sys
 
-from airflow_dags.common import SPARK_CONN_ID, SPARK_POOL, parse_spark_conf
+from airflow_dags.common import ENGINE_CONN_ID, SPARK_CONN_ID, SPARK_POOL, parse_spark_conf
 from schemas.settings import METASTORE_URL
 
 
@@ -63,6 +68,16 @@ def main() -> int:
             print(f"connection {SPARK_CONN_ID}: created, master local[*]")
         else:
             print(f"connection {SPARK_CONN_ID}: kept, master {existing.host}")
+        engine = session.query(Connection).filter(Connection.conn_id == ENGINE_CONN_ID).one_or_none()
+        if engine is None:
+            # no port: the data folder's own engine, whose port and token change at each start (<home>/engine/)
+            session.add(Connection(conn_id=ENGINE_CONN_ID, conn_type="spark_connect", host="sc://127.0.0.1",
+                                   description="the featurehouse engine the jobs are clients of: without a port, "
+                                   "the data folder's own; with one (and the token as password), a remote one"))  # fmt: skip
+            print(f"connection {ENGINE_CONN_ID}: created, the data folder's own engine")
+        else:
+            where = f"{engine.host}:{engine.port}" if engine.port else "the data folder's own engine"
+            print(f"connection {ENGINE_CONN_ID}: kept, {where}")
     return 0
 
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
 from schemas.paths import default_home
 from warehouse.confs import parse_conf_pairs
 from warehouse.profiles import chosen_profile
+
+#: A remote engine's ``sc://`` URL for the commands with an engine mode, over the profile's ``engine``.
+ENGINE_URL_VARIABLE = "FEATUREHOUSE_ENGINE_URL"
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +71,9 @@ def add_engine_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_settings(ns: argparse.Namespace) -> dict[str, Any]:
-    """``engine`` and the profile's remote ``engine_url`` of a namespace parsed with :func:`add_engine_argument`."""
+    """``engine`` and the remote ``engine_url`` of a namespace parsed with :func:`add_engine_argument`: that of
+    ``$FEATUREHOUSE_ENGINE_URL`` (how an Airflow task hands on its Connection's, token included, without putting it
+    on a command line), else the profile's."""
     profile = chosen_profile(ns.profile)
-    return {"engine": ns.engine, "engine_url": profile.engine if profile else None}
+    url = os.environ.get(ENGINE_URL_VARIABLE) or (profile.engine if profile else None)
+    return {"engine": ns.engine, "engine_url": url}

@@ -1,5 +1,6 @@
 """The featurehouse DAGs under real Airflow 3: parsed by a DagBag, run by ``airflow dags test`` and by a
-real scheduler with the LocalExecutor, each task a real spark-submit of the job on the embedded set-up.
+real scheduler with the LocalExecutor, on the embedded set-up: each Spark task a client of the warehouse's engine,
+run in the task's own process (the stream, no engine client yet, a real spark-submit).
 
 One generated landing zone (the impressions of 2026-11-02, their labels through 11-05) and one
 warehouse folder are shared by the module; each Airflow deployment gets its own metadata database.
@@ -27,6 +28,8 @@ from pathlib import Path
 import pytest
 
 from etl.generate.job import GenerateConfig
+from warehouse.engine.client import running_engine
+from warehouse.engine.state import EngineFiles
 from warehouse.processes import free_ports
 from etl.generate.job import run as generate
 
@@ -80,6 +83,7 @@ def make_airflow(home: Path, warehouse: Path, **env: str) -> Airflow:
         "AIRFLOW_VAR_FEATUREHOUSE_HOME": str(warehouse),
         "FEATUREHOUSE_SENSOR_POKE_S": "1",
         "FEATUREHOUSE_RETRY_DELAY_S": "1",  # a task that fails its first try (a slow start) retries at once
+        "FEATUREHOUSE_ENGINE_IDLE_MINUTES": "10",  # an engine a killed test leaves stops itself
         **env,
     })  # fmt: skip
     for step in (["-m", "airflow", "db", "migrate"], ["-m", "airflow_dags.setup"], ["-m", "airflow", "dags", "reserialize"]):
@@ -90,11 +94,14 @@ def make_airflow(home: Path, warehouse: Path, **env: str) -> Airflow:
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The module's data folder; the engine its tasks start is stopped after the module."""
     home = tmp_path_factory.mktemp("airflow_warehouse")
     generate(GenerateConfig(home=home, start=dt.date.fromisoformat(DS), days=1, impressions_per_day=3000))
     assert (home / "landing" / "labels" / f"ds={LAST_LABEL_DAY}" / "_SUCCESS").exists()
-    return home
+    yield home
+    subprocess.run([str(Path(sys.executable).parent / "featurehouse"), "engine", "stop", "--home", str(home)],
+                   capture_output=True, timeout=120, check=False)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +189,7 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
     assert backfill["tasks"]["choose"]["upstream"] == ["plan"]
     assert set(backfill["tasks"]["backfill_feature"]["upstream"]) == {"choose"}
     assert set(backfill["tasks"]) == {"plan", "choose", "backfill_feature", "join_args", "label_join"}
-    spark_tasks = [(d, t) for d in bag["dags"].values() for t in d["tasks"].values() if t["type"] == "FeaturehouseSubmit"]
+    spark_tasks = [(d, t) for d in bag["dags"].values() for t in d["tasks"].values() if t["type"] == "FeaturehouseJob"]
     assert len(spark_tasks) == 5  # daily 1, backfill 2, streaming 1, retention 1: every one in the Spark pool
     assert {t["pool"] for _, t in spark_tasks} == {"featurehouse_spark"}
     every_task = [t for d in bag["dags"].values() for t in d["tasks"].values()]
@@ -201,11 +208,13 @@ def test_daily_run_waits_for_every_label_partition_then_publishes_its_ds(tmp_pat
     shutil.move(last, parked)  # missing
 
     events: list[str] = []
+    output: list[str] = []
     started = time.monotonic()
     run = airflow.popen("dags", "test", "featurehouse_daily", DS, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     waits = 0
     try:
         for line in run.stdout:
+            output.append(line)
             if "waits for 1 of 4 labels partitions" in line and LAST_LABEL_DAY in line:
                 waits += 1
                 if waits == 2:  # seen missing twice: land the folder, still without its marker
@@ -229,6 +238,8 @@ def test_daily_run_waits_for_every_label_partition_then_publishes_its_ds(tmp_pat
     print(f"featurehouse_daily for {DS}: airflow dags test took {time.monotonic() - started:.0f}s")
 
     assert events == ["landed open", "closed", "join"]
+    engine = running_engine(EngineFiles(warehouse))  # the join ran on the warehouse's engine, which it started
+    assert engine is not None and f"featurehouse: starting the engine for {warehouse}" in "".join(output)
     table = spark.read.format("delta").load(str(warehouse / "warehouse" / "featurehouse.db" / "ads"))
     assert [r.ds for r in table.select("ds").distinct().collect()] == [DS]
     published[DS] = _one_copy(spark, warehouse, DS)

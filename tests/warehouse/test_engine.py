@@ -20,6 +20,7 @@ import pytest
 
 from warehouse.engine.client import running_engine
 from warehouse.engine.state import EngineFiles, read_json, write_json
+from warehouse.processes import free_ports
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -104,6 +105,41 @@ def test_nothing_of_the_engine_listens_beyond_the_loopback(home):
     ports = {c.laddr.port for c in listening}
     assert running_engine(EngineFiles(home)).port in ports and len(ports) >= 3  # Connect, driver RPC, block manager
     assert {c.laddr.ip for c in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+
+
+def test_a_remote_engine_is_used_as_named_and_one_that_does_not_answer_is_refused_at_once(home, tmp_path):
+    """A profile's ``engine`` (or ``$FEATUREHOUSE_ENGINE_URL``, an Airflow task's): the command is its client and
+    starts no engine of its own; one that does not answer is refused in seconds, not retried, and never started."""
+    files = EngineFiles(home)
+    state = running_engine(files)
+    url = state.url(files.read_token())
+    other = tmp_path / "other"
+    profile = tmp_path / "remote.yaml"
+    profile.write_text(json.dumps({"spark": {}, "engine": url}))
+    answer = run(other, "sql", "--format", "json", "SELECT 'remote' AS x", "--profile", str(profile))
+    assert json.loads(answer.stdout) == [{"x": "remote"}] and answer.stderr == ""
+    env = {**os.environ, "FEATUREHOUSE_ENGINE_URL": url}
+    by_env = subprocess.run([FEATUREHOUSE, "sql", "--format", "json", "SELECT 2 AS x", "--home", str(other)], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert by_env.returncode == 0 and json.loads(by_env.stdout) == [{"x": 2}], by_env.stderr[-2000:]
+    assert not (other / "engine").exists() and running_engine(files).pid == state.pid
+    # a client of other code (as after an upgrade on one side only) is refused, and the engine left as it is
+    script = ("import sys\nimport warehouse.engine.client as client\nclient.code_version = lambda: '0.0.1+other'\n"
+              "from warehouse import sql\nsys.exit(sql.main(['SELECT 1', '--home', sys.argv[1]]))")  # fmt: skip
+    other_code = subprocess.run([sys.executable, "-c", script, str(other)], cwd=REPO, env=env, capture_output=True,
+                                text=True, timeout=120)  # fmt: skip
+    assert other_code.returncode == 2, other_code.stderr[-2000:]
+    assert f"runs featurehouse {state.version} and this command is 0.0.1+other" in other_code.stderr
+    assert running_engine(files).pid == state.pid
+
+    (port,) = free_ports(1)
+    profile.write_text(json.dumps({"spark": {}, "engine": f"sc://localhost:{port}/;token=secret-token"}))
+    started = time.monotonic()
+    dead = run(other, "sql", "SELECT 1", "--profile", str(profile), check=False)
+    assert dead.returncode == 2 and time.monotonic() - started < 60
+    assert f"error: the remote engine sc://localhost:{port} (the profile's `engine`, or $FEATUREHOUSE_ENGINE_URL) " \
+           "does not answer (Connection refused)" in dead.stderr
+    assert "secret-token" not in dead.stderr and not (other / "engine").exists()
 
 
 def test_a_classic_session_beside_the_engine_and_a_static_setting_are_refused(home):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,8 +25,8 @@ from typing import TYPE_CHECKING
 from schemas.errors import ConfigError, FeaturehouseError
 from schemas.paths import REPO_ROOT
 from warehouse.spark_jobs import ENGINE_UI
-from warehouse.engine.state import (CLIENT_PREFIX, SERVER_MODULE, EngineFiles, EngineState, code_version, read_json,
-                                    read_state)
+from warehouse.engine.state import (CLIENT_PREFIX, ENGINE_VERSION, SERVER_MODULE, EngineFiles, EngineState,
+                                    code_version, read_json, read_state)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 START_TIMEOUT_S = 180.0
 #: How long a stop waits for Spark to stop before the engine's process group is killed.
 STOP_TIMEOUT_S = 60.0
+#: Spark Connect's port where an ``sc://`` URL names none.
+DEFAULT_CONNECT_PORT = 15002
 #: How long a command waits for a busy engine to become idle before it leaves it running and refuses.
 SETTLE_S = 3.0
 
@@ -176,6 +179,36 @@ def connect(url: str) -> SparkSession:
     return SparkSession.builder.remote(f"{url}{separator}user_id={CLIENT_PREFIX}-{os.getpid()}").getOrCreate()
 
 
+def check_answers(url: str, timeout_s: float = 5.0) -> None:
+    """A remote engine's port accepts a connection, or a ConfigError naming it (the token left out): Spark Connect's
+    client would otherwise retry an engine that is not there for minutes. A client never starts a remote engine."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url.split("/;", 1)[0])
+    host, port = where.hostname or "", where.port or DEFAULT_CONNECT_PORT
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as err:
+        raise ConfigError(
+            f"the remote engine sc://{host}:{port} (the profile's `engine`, or $FEATUREHOUSE_ENGINE_URL) does not "
+            f"answer ({err.strerror or err}); start it there (it is never started or restarted from here), or drop "
+            "`engine` from the profile to use this data folder's own engine"
+        ) from err
+
+
+def check_remote_version(spark: SparkSession, url: str) -> None:
+    """A remote featurehouse engine of other code is refused (never restarted from here). A Connect server that is
+    no featurehouse engine says no version, and is used as it is."""
+    theirs = spark.conf.get(ENGINE_VERSION, None)
+    if theirs is not None and theirs != code_version():
+        spark.stop()
+        raise ConfigError(
+            f"the remote engine {url.split('/;', 1)[0]} runs featurehouse {theirs} and this command is {code_version()}: "
+            "a client and an engine of different code do not talk; install the same version on both sides, or "
+            "restart that engine with this code (never done from here)"
+        )
+
+
 def apply_settings(spark: SparkSession, confs: Mapping[str, str]) -> None:
     """A command's ``--conf`` settings on its own Connect session; a static one is refused, naming the restart."""
     for key, value in confs.items():
@@ -192,7 +225,9 @@ def apply_settings(spark: SparkSession, confs: Mapping[str, str]) -> None:
 def engine_session(home: Path, confs: Mapping[str, str], *, remote: str | None = None) -> Iterator[SparkSession]:
     """A Spark Connect session on the home's engine (or on ``remote``, a profile's ``sc://`` engine), released on exit."""
     if remote is not None:
+        check_answers(remote)
         spark = connect(remote)
+        check_remote_version(spark, remote)
     else:
         files = EngineFiles(Path(home))
         state = ensure_engine(files)

@@ -28,8 +28,8 @@ import pyspark
 
 from schemas.paths import default_home
 from warehouse.confs import LOOPBACK, loopback_environment, parse_conf_pairs, session_confs
-from warehouse.engine.state import (CLIENT_PREFIX, INSIDE_ENGINE, EngineFiles, EngineState, code_version, now_iso,
-                                    read_state, write_json, write_state)
+from warehouse.engine.state import (CLIENT_PREFIX, ENGINE_VERSION, INSIDE_ENGINE, EngineFiles, EngineState,
+                                    code_version, now_iso, read_state, write_json, write_state)
 from warehouse.session import check_metastore_free, configure_builder, quiet_query_context_logs
 
 DEFAULT_IDLE_STOP_MINUTES = 30.0
@@ -65,6 +65,7 @@ def engine_confs(home: Path, overrides: dict[str, str], port: int) -> dict[str, 
         "spark.connect.grpc.binding.port": str(port),
         "spark.connect.grpc.port.maxRetries": "0",
         "spark.scheduler.mode": "FAIR",
+        ENGINE_VERSION: code_version(),  # what a client of a remote engine compares its own with
     })  # fmt: skip
     return confs
 

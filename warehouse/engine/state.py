@@ -31,6 +31,8 @@ ENGINE_PACKAGES = ("etl", "warehouse", "schemas", "ingest", "featurehouse")
 SERVER_MODULE = "warehouse.engine.server"
 #: The environment variable that tells a session it runs inside the engine (the one classic session allowed beside it).
 INSIDE_ENGINE = "FEATUREHOUSE_ENGINE_PROCESS"
+#: The engine's setting that holds its code version (:func:`code_version`), readable by any client.
+ENGINE_VERSION = "featurehouse.engine.version"
 #: A featurehouse client's Connect user id is this and its pid (``featurehouse-1234``).
 CLIENT_PREFIX = "featurehouse"
 
