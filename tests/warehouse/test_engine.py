@@ -78,6 +78,8 @@ def test_two_commands_at_once_start_one_engine_and_later_ones_reuse_it(home):
     status = run(home, "engine", "status").stdout
     assert f"pid            {first.pid}" in status and f"127.0.0.1:{first.port}" in status
     assert "0 client session(s), 0 operation(s), 0 Spark job(s)" in status
+    # as Spark reports it: jobs of every client share the cores (Spark's own default pool would run them FIFO)
+    assert "scheduling     FAIR, every client's jobs in the pool default (FAIR within)" in status
 
 
 def test_the_token_is_private_and_a_wrong_or_missing_one_is_refused(home):

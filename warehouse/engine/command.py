@@ -62,6 +62,7 @@ def status_text(files: EngineFiles) -> str:
         ("since", f"{state.started_at} (up {str(up).split('.')[0]})"), ("version", version),
         ("pyspark", state.pyspark), ("python", state.python), ("driver memory", state.driver_memory),
         ("settings", ", ".join(f"{k}={v}" for k, v in state.settings.items()) or "the embedded default"),
+        ("scheduling", state.scheduling),
         ("now", f"{beat.get('sessions', 0)} client session(s), {beat.get('operations', 0)} operation(s), "
                 f"{beat.get('jobs', 0)} Spark job(s); idle {idle:.0f} s "
                 f"of {state.idle_stop_s:.0f} s before it stops itself"),

@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pyspark
@@ -31,6 +32,9 @@ from warehouse.confs import LOOPBACK, loopback_environment, parse_conf_pairs, se
 from warehouse.engine.state import (CLIENT_PREFIX, ENGINE_VERSION, INSIDE_ENGINE, EngineFiles, EngineState,
                                     code_version, now_iso, read_state, write_json, write_state)
 from warehouse.session import check_metastore_free, configure_builder, quiet_query_context_logs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEFAULT_IDLE_STOP_MINUTES = 30.0
 IDLE_VARIABLE = "FEATUREHOUSE_ENGINE_IDLE_MINUTES"
@@ -49,13 +53,17 @@ def free_port() -> int:
 TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 
 
+#: The FAIR scheduler's pools: one default pool whose jobs share the cores (FIFO is Spark's own default there).
+FAIR_POOLS = Path(__file__).with_name("fairscheduler.xml")
+
+
 def engine_confs(home: Path, overrides: dict[str, str], port: int) -> dict[str, str]:
     """The embedded default's settings with the Connect server on ``port`` of the loopback (its token: see
     :data:`TOKEN_VARIABLE`).
 
     ``spark.connect.grpc.port.maxRetries`` 0: a port taken since it was chosen fails the start rather than moving
-    to another port than the state file will name. FAIR scheduling: one client's label join does not hold a
-    stream's or a SQL question's jobs behind it.
+    to another port than the state file will name. FAIR scheduling, with a default pool that is FAIR within too
+    (:data:`FAIR_POOLS`): one client's label join does not hold a stream's or a SQL question's jobs behind it.
     """
     confs = session_confs(home, overrides)
     confs.update({
@@ -65,9 +73,18 @@ def engine_confs(home: Path, overrides: dict[str, str], port: int) -> dict[str, 
         "spark.connect.grpc.binding.port": str(port),
         "spark.connect.grpc.port.maxRetries": "0",
         "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(FAIR_POOLS),
         ENGINE_VERSION: code_version(),  # what a client of a remote engine compares its own with
     })  # fmt: skip
     return confs
+
+
+def scheduling(spark: SparkSession) -> str:
+    """How the scheduler shares the engine, as Spark itself reports it: its mode and the default pool's."""
+    sc = spark.sparkContext
+    pool = sc._jsc.sc().getPoolForName("default")
+    within = pool.get().schedulingMode().toString() if pool.isDefined() else "none"
+    return f"{sc.getConf().get('spark.scheduler.mode')}, every client's jobs in the pool default ({within} within)"
 
 
 class Heart:
@@ -165,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_state(files, EngineState(
             pid=os.getpid(), port=port, started_at=now_iso(), version=code_version(), pyspark=pyspark.__version__,
             python=sys.executable, idle_stop_s=idle_stop_s, driver_memory=confs.get("spark.driver.memory", ""),
-            settings=shown, ui=spark.sparkContext.uiWebUrl or "",
+            settings=shown, ui=spark.sparkContext.uiWebUrl or "", scheduling=scheduling(spark),
         ))  # fmt: skip
         print(f"featurehouse engine: listening on {LOOPBACK}:{port} for {home} (pid {os.getpid()})", flush=True)
         heart = Heart(spark, files, idle_stop_s)

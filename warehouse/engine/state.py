@@ -104,6 +104,7 @@ class EngineState:
     driver_memory: str
     settings: dict[str, str]
     ui: str = ""  # the engine's Spark UI (and its REST API), on the loopback; "" when off
+    scheduling: str = ""  # the scheduler's mode and the default pool's, as Spark reports them
 
     def url(self, token: str | None = None) -> str:
         # "localhost", not 127.0.0.1: pyspark sends a token without TLS only over gRPC's local credentials, which
