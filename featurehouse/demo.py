@@ -5,7 +5,8 @@
    (``featurehouse/demo_faults.py``);
 2. drop what an earlier run left of the dataset (its table and catalog rows), sync the
    registry into the feature catalog, then label-join each day into the Delta
-   table ``featurehouse.<dataset>`` (one Spark session), evolving the schema on the way
+   table ``featurehouse.<dataset>`` (one Spark session: on the home's engine, or with ``--engine off``
+   a session of the demo's own), evolving the schema on the way
    as the registry's history says (``featurehouse/demo_catalog.py``): a feature added on
    day 3, a rename on day 4, a deprecation on day 5, derived features on day 6 that are
    backfilled into days 1-5; each change shown by ``features diff`` and run by ``features apply``.
@@ -18,7 +19,8 @@
    recorded in the catalog with its bytes, samples/s and stall fraction;
 6. stream the same landing zone through ``featurehouse stream`` (files, available-now) into
    ``featurehouse.<dataset>_stream`` and compare its last closed day with the batch partition
-   (``featurehouse/demo_stream.py``);
+   (``featurehouse/demo_stream.py``; on the engine the stream is a process of its own beside it, and
+   publishes its closed days on the engine);
 7. print each step's summary and the answers to SQL questions over the table and the catalog.
 """
 
@@ -42,7 +44,7 @@ from schemas.exit import run_command
 from schemas.names import parse_ds, validate_name
 from schemas.paths import landing_location
 from schemas.progress import stderr_progress
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,6 +78,8 @@ class DemoConfig:
     seed: int = 7
     registry_dir: Path | None = None
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    engine: str | None = "auto"  # on the home's engine (warehouse.engine); "off": a session of the demo's own
+    engine_url: str | None = None
 
     def __post_init__(self) -> None:
         validate_name("dataset", self.dataset)
@@ -114,7 +118,7 @@ def run(config: DemoConfig) -> None:
     landing = Path(landing_location(config.home))
     faults = (plant_malformed(landing, days[1]) if len(days) > 1 else []) + break_release(landing, broken, seed=config.seed)
     say("planted faults (featurehouse/demo_faults.py)", "\n".join(f"  {fault}" for fault in faults))
-    with spark_session(config.home, conf=config.spark_conf) as spark:
+    with spark_session(config.home, conf=config.spark_conf, engine=config.engine, remote=config.engine_url) as spark:
         _start_from_scratch(spark, config.dataset, config.home)
         previous = None
         for i, day in enumerate([*days, broken]):
@@ -236,6 +240,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--impressions-per-day", type=int, default=20_000, help="impressions per day (default 20,000)")
     parser.add_argument("--seed", type=int, default=7, help="random seed of the generator (default 7)")
     add_common_arguments(parser)
+    add_engine_argument(parser)
 
 
 def config_from_args(ns: argparse.Namespace) -> DemoConfig:
@@ -246,6 +251,7 @@ def config_from_args(ns: argparse.Namespace) -> DemoConfig:
         impressions_per_day=ns.impressions_per_day,
         seed=ns.seed,
         **common_settings(ns),
+        **engine_settings(ns),
     )
 
 

@@ -95,6 +95,8 @@ def make_way_for_classic(home: Path, confs: Mapping[str, str], engine: str | Non
 
     if INSIDE_ENGINE in os.environ or confs.get(METASTORE_URL) != embedded_confs(home)[METASTORE_URL]:
         return
+    if confs.get("spark.sql.catalogImplementation") != "hive":
+        return  # never opens the metastore (the stream addresses its tables by path): it runs beside the engine
     make_way(EngineFiles(home), chosen_off=engine == "off")
 
 
@@ -108,6 +110,11 @@ def uses_engine(engine: str | None, remote: str | None, conf: Mapping[str, str])
         return True
     if engine != "auto" or "PYSPARK_GATEWAY_PORT" in os.environ:
         return False
+    return embedded_default(conf)
+
+
+def embedded_default(conf: Mapping[str, str]) -> bool:
+    """Whether settings leave a command on the embedded default: a local master and no metastore given."""
     return conf.get("spark.master", "local").startswith("local") and METASTORE_URL not in conf
 
 

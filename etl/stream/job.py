@@ -16,11 +16,12 @@ Where rows become visible:
 * a ds is in ``featurehouse.<dataset>`` once it is closed (the watermark has passed its end plus the
   longest window, and the impressions its end) and passed the quality gate: after that micro-batch
   (or at start, for a day closed before a restart), the stream runs ``featurehouse stream-publish``
-  (:mod:`etl.stream.publish`) as a process of its own.
+  (:mod:`etl.stream.publish`) as a process of its own: on the embedded default a client of the home's
+  engine (started if none runs), so the publish runs inside the engine with no JVM of its own; it gets the
+  stream's runtime ``--conf`` settings, not its static ones (the engine's hold there).
 
 The stream itself never opens the metastore (its session has no Hive catalog; every table is
-addressed by path), so on the embedded default other commands run beside it; only the short
-publish process holds the metastore. ``available-now`` reads what has arrived and stops (what a
+addressed by path), so on the embedded default other commands, and the engine, run beside it. ``available-now`` reads what has arrived and stops (what a
 scheduler runs); ``continuous`` runs micro-batches every ``--interval`` until Ctrl-C or SIGTERM,
 which stop it after the current micro-batch.
 """
@@ -73,6 +74,7 @@ from warehouse.command import run_spark_job
 from warehouse.confs import runtime_confs
 from warehouse.flags import add_common_arguments, common_settings
 from warehouse.publish import new_run_id
+from warehouse.session import embedded_default
 
 
 class Source(StrEnum):
@@ -207,10 +209,23 @@ def publish_command(config: StreamConfig, through: dt.date) -> list[str]:
         args += ["--registry-dir", str(config.registry_dir)]
     if config.max_bad_fraction is not None:
         args += ["--max-bad-fraction", str(config.max_bad_fraction)]
+    on_engine = embedded_default(config.spark_conf)  # as the publish process decides (--engine auto), even where
+    # this process, under spark-submit, keeps its own session
     for key, value in config.spark_conf.items():
-        if key not in STREAM_CONFS:  # the publish process opens the metastore
-            args += ["--conf", f"{key}={value}"]
+        if key in STREAM_CONFS:  # the publish process opens the metastore
+            continue
+        if on_engine and not runtime_setting(key):
+            continue  # the engine's own static settings hold there; this one is the stream's JVM's
+        args += ["--conf", f"{key}={value}"]
     return args
+
+
+def runtime_setting(key: str) -> bool:
+    """Whether a Spark setting can change in a running session (the stream's own session says), as on an engine."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    return active is not None and active.conf.isModifiable(key)
 
 
 def run(spark: SparkSession, config: StreamConfig, *, progress: Progress | None = None,

@@ -42,7 +42,7 @@ from schemas.progress import Progress, silent, stderr_progress
 from schemas.registry import DatasetRegistry, load_dataset
 from warehouse.command import run_spark_job
 from warehouse.evolution import prepare_for_write
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 from warehouse.publish import audit_and_publish, new_run_id
 from warehouse.tables import persisted
 
@@ -192,9 +192,10 @@ def parse_args(argv: Sequence[str] | None = None) -> StreamPublishConfig:
                         help="refuse a ds if more than this share of its impression or label records is malformed "
                         "(default: the registry's quality.max_bad_fraction)")  # fmt: skip
     add_common_arguments(parser)
+    add_engine_argument(parser)
     ns = parser.parse_args(argv)
     return StreamPublishConfig(dataset=ns.dataset, through=parse_ds(ns.through), max_bad_fraction=ns.max_bad_fraction,
-                               **common_settings(ns))  # fmt: skip
+                               **common_settings(ns), **engine_settings(ns))  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 START_TIMEOUT_S = 180.0
 #: How long a stop waits for Spark to stop before the engine's process group is killed.
 STOP_TIMEOUT_S = 60.0
+#: A token in a Connect URL quoted by an error message.
+TOKEN_IN_TEXT = re.compile(r"token=[^;\s\]]+")
 #: Spark Connect's port where an ``sc://`` URL names none.
 DEFAULT_CONNECT_PORT = 15002
 #: How long a command waits for a busy engine to become idle before it leaves it running and refuses.
@@ -176,7 +179,14 @@ def connect(url: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
     separator = ";" if "/;" in url else "/;"
-    return SparkSession.builder.remote(f"{url}{separator}user_id={CLIENT_PREFIX}-{os.getpid()}").getOrCreate()
+    # spark-submit exports MASTER to the Python it runs, and to that process's children (a stream's publish step):
+    # pyspark refuses a remote session beside it, though a client has no master of its own
+    os.environ.pop("MASTER", None)
+    try:
+        return SparkSession.builder.remote(f"{url}{separator}user_id={CLIENT_PREFIX}-{os.getpid()}").getOrCreate()
+    except Exception as err:  # pyspark's messages quote the whole URL, token included
+        message = TOKEN_IN_TEXT.sub("token=(hidden)", str(err))
+        raise ConfigError(f"cannot open a session on the engine {url.split('/;', 1)[0]}: {message}") from None
 
 
 def check_answers(url: str, timeout_s: float = 5.0) -> None:
