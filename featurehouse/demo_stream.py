@@ -10,6 +10,7 @@ the same day, on the columns both tables have.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 import subprocess
 import sys
@@ -33,7 +34,9 @@ def stream_process(config: Any) -> str:
                str(config.home), "--registry-dir", str(config.registry_dir), "--source", "files",
                "--trigger", "available-now"]  # fmt: skip
     stderr_progress("running " + " ".join(command[3:]))
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)  # its progress on our stderr
+    # pyspark marks this process as a Spark Connect client in its environment; the stream's own session is classic
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
+    done = subprocess.run(command, stdout=subprocess.PIPE, env=env, text=True, check=False)  # progress: our stderr
     if done.returncode not in (0, EXIT_REFUSED):
         raise FeaturehouseError(f"the demo's stream failed (exit {done.returncode}); its output is above")
     return done.stdout.strip()
