@@ -53,6 +53,13 @@ def quiet_query_context_logs() -> None:
 LOCK_WAIT_S = 10.0
 
 
+def opens_embedded_metastore(home: Path, confs: Mapping[str, str]) -> bool:
+    """Whether a session with ``confs`` opens ``home``'s embedded Derby metastore: it has the Hive catalog (the
+    streaming job has none, and addresses its tables by path) and no metastore of its own."""
+    return confs.get("spark.sql.catalogImplementation") == "hive" and \
+        confs.get(METASTORE_URL) == embedded_confs(home)[METASTORE_URL]
+
+
 def check_metastore_free(home: Path, confs: Mapping[str, str]) -> None:
     """Refuse, clearly, to start a second JVM on an embedded Derby metastore another JVM holds (after
     waiting up to ``LOCK_WAIT_S`` for it to be released).
@@ -61,9 +68,7 @@ def check_metastore_free(home: Path, confs: Mapping[str, str]) -> None:
     while booted; without this check the second JVM fails deep in Hive with a long Java trace.
     A metastore configured elsewhere (another ConnectionURL) is not checked.
     """
-    if confs.get("spark.sql.catalogImplementation") != "hive":
-        return  # the session never opens the metastore (the streaming job addresses its tables by path)
-    if confs.get(METASTORE_URL) != embedded_confs(home)[METASTORE_URL]:
+    if not opens_embedded_metastore(home, confs):
         return
     from pyspark import SparkContext
 
@@ -93,10 +98,8 @@ def make_way_for_classic(home: Path, confs: Mapping[str, str], engine: str | Non
     from warehouse.engine.client import make_way
     from warehouse.engine.state import INSIDE_ENGINE, EngineFiles
 
-    if INSIDE_ENGINE in os.environ or confs.get(METASTORE_URL) != embedded_confs(home)[METASTORE_URL]:
-        return
-    if confs.get("spark.sql.catalogImplementation") != "hive":
-        return  # never opens the metastore (the stream addresses its tables by path): it runs beside the engine
+    if INSIDE_ENGINE in os.environ or not opens_embedded_metastore(home, confs):
+        return  # the stream, say, never opens it: it runs beside the engine
     make_way(EngineFiles(home), chosen_off=engine == "off")
 
 

@@ -186,7 +186,12 @@ def connect(url: str) -> SparkSession:
         return SparkSession.builder.remote(f"{url}{separator}user_id={CLIENT_PREFIX}-{os.getpid()}").getOrCreate()
     except Exception as err:  # pyspark's messages quote the whole URL, token included
         message = TOKEN_IN_TEXT.sub("token=(hidden)", str(err))
-        raise ConfigError(f"cannot open a session on the engine {url.split('/;', 1)[0]}: {message}") from None
+        raise ConfigError(f"cannot open a session on the engine {address(url)}: {message}") from None
+
+
+def address(url: str) -> str:
+    """A Connect URL without its parameters (``/;token=...;user_id=...``): what messages may show."""
+    return url.split("/;", 1)[0]
 
 
 def check_answers(url: str, timeout_s: float = 5.0) -> None:
@@ -194,7 +199,7 @@ def check_answers(url: str, timeout_s: float = 5.0) -> None:
     client would otherwise retry an engine that is not there for minutes. A client never starts a remote engine."""
     from urllib.parse import urlsplit
 
-    where = urlsplit(url.split("/;", 1)[0])
+    where = urlsplit(address(url))
     host, port = where.hostname or "", where.port or DEFAULT_CONNECT_PORT
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
@@ -213,7 +218,7 @@ def check_remote_version(spark: SparkSession, url: str) -> None:
     if theirs is not None and theirs != code_version():
         spark.stop()
         raise ConfigError(
-            f"the remote engine {url.split('/;', 1)[0]} runs featurehouse {theirs} and this command is {code_version()}: "
+            f"the remote engine {address(url)} runs featurehouse {theirs} and this command is {code_version()}: "
             "a client and an engine of different code do not talk; install the same version on both sides, or "
             "restart that engine with this code (never done from here)"
         )
