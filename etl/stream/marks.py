@@ -1,11 +1,12 @@
 """The stream's watermark, kept by the stream itself: the newest event time of each source, through each micro-batch.
 
-Spark's own watermark is not used. After each micro-batch, :class:`etl.stream.writer.BatchWriter`
-writes the newest valid impression's and label's event time seen so far into
-``<checkpoint>/featurehouse/marks/<batch id>`` (before Spark writes the batch's commit file). A
+Spark's own watermark is not used. Each micro-batch, :class:`etl.stream.writer.BatchWriter`
+appends the newest valid impression's and label's event time seen so far to the stream's batches
+table (:mod:`etl.stream.batches`), its last write before Spark's commit file, exactly once. A
 micro-batch judges its records by the marks of the batches before it, so a batch run again after a
 crash judges them the same way; and a restart reads the marks back, so the watermark it starts from
-is the one the last committed batch left, for both sources.
+is the one the last batch left, for both sources. The table is read through Spark, so this holds
+wherever the batches run: in the stream's own session, or in an engine's Python worker.
 
 * The **watermark** is the newest event time of either source, less the delay: a record on either
   side moves it on.
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from schemas.errors import ConfigError
@@ -55,10 +57,6 @@ class Marks:
         by_impressions = (self.impressions - delay - _EPSILON).date() - dt.timedelta(days=1)
         return min(by_windows, by_impressions)
 
-    def as_json(self) -> str:
-        return json.dumps({k: v.isoformat() if v else None for k, v in (("impressions", self.impressions),
-                                                                         ("labels", self.labels))})  # fmt: skip
-
     @classmethod
     def from_json(cls, text: str) -> Marks:
         values = json.loads(text)
@@ -66,48 +64,45 @@ class Marks:
 
 
 @dataclass(frozen=True)
-class MarkLog:
-    """The marks of a checkpoint's micro-batches, and the plan that wrote it."""
+class History:
+    """The marks each micro-batch left, by batch id (read from the stream's batches table, :mod:`etl.stream.batches`)."""
 
-    checkpoint: Path
-
-    @property
-    def folder(self) -> Path:
-        return self.checkpoint / "featurehouse" / "marks"
-
-    def write(self, batch_id: int, marks: Marks) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / f".{batch_id}.tmp"
-        tmp.write_text(marks.as_json())
-        tmp.replace(self.folder / str(batch_id))
+    marks: Mapping[int, Marks] = field(default_factory=dict)
 
     def through(self, batch_id: int | None) -> Marks:
         """The marks through micro-batch ``batch_id`` (the last written at or before it; None: before any)."""
-        if batch_id is None or not self.folder.is_dir():
-            return Marks()
-        ids = [int(p.name) for p in self.folder.iterdir() if p.name.isdigit() and int(p.name) <= batch_id]
-        return Marks.from_json((self.folder / str(max(ids))).read_text()) if ids else Marks()
+        ids = [i for i in self.marks if batch_id is not None and i <= batch_id]
+        return self.marks[max(ids)] if ids else Marks()
 
-    def last_committed(self) -> int | None:
-        """The last micro-batch with a commit file in the checkpoint (None: none)."""
-        commits = self.checkpoint / "commits"
-        ids = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
-        return max(ids, default=None)
+    def last_batch(self) -> int | None:
+        """The last micro-batch that wrote its marks (None: none)."""
+        return max(self.marks, default=None)
 
-    def claim(self) -> None:
-        """Mark a new checkpoint as this plan's; refuse one that an earlier plan wrote (see :data:`PLAN`)."""
-        plan = self.checkpoint / "featurehouse" / "plan"
-        if plan.exists() and plan.read_text().strip() == PLAN:
-            return
-        offsets = self.checkpoint / "offsets"
-        if offsets.is_dir() and any(offsets.iterdir()):
-            folder = self.checkpoint.parent
-            raise ConfigError(
-                f"the checkpoint {self.checkpoint} was written by the stream's previous plan (a stream-stream join "
-                "whose state holds whole impressions), which this version cannot resume. Reset it: move "
-                f"{self.checkpoint} and {folder / 'staging'} aside (e.g. `mv {self.checkpoint} "
-                f"{self.checkpoint}.old`) and run the same command again: it reads the sources from their start, "
-                f"and the days already decided ({folder / 'days'}) stay decided. See docs/streaming.md, "
-                "'Checkpoints of the previous plan'")  # fmt: skip
-        plan.parent.mkdir(parents=True, exist_ok=True)
-        plan.write_text(PLAN + "\n")
+    def with_batch(self, batch_id: int, marks: Marks) -> History:
+        return History({**self.marks, batch_id: marks})
+
+
+def legacy_marks(checkpoint: Path) -> dict[int, Marks]:
+    """The marks that versions before the batches table wrote as files under ``<checkpoint>/featurehouse/marks``."""
+    folder = checkpoint / "featurehouse" / "marks"
+    files = [p for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+    return {int(p.name): Marks.from_json(p.read_text()) for p in files}
+
+
+def claim(checkpoint: Path) -> None:
+    """Mark a new checkpoint as this plan's; refuse one that an earlier plan wrote (see :data:`PLAN`)."""
+    plan = checkpoint / "featurehouse" / "plan"
+    if plan.exists() and plan.read_text().strip() == PLAN:
+        return
+    offsets = checkpoint / "offsets"
+    if offsets.is_dir() and any(offsets.iterdir()):
+        folder = checkpoint.parent
+        raise ConfigError(
+            f"the checkpoint {checkpoint} was written by the stream's previous plan (a stream-stream join "
+            "whose state holds whole impressions), which this version cannot resume. Reset it: move "
+            f"{checkpoint} and {folder / 'staging'} aside (e.g. `mv {checkpoint} "
+            f"{checkpoint}.old`) and run the same command again: it reads the sources from their start, "
+            f"and the days already decided ({folder / 'days'}) stay decided. See docs/streaming.md, "
+            "'Checkpoints of the previous plan'")  # fmt: skip
+    plan.parent.mkdir(parents=True, exist_ok=True)
+    plan.write_text(PLAN + "\n")

@@ -1,11 +1,12 @@
 """Where a dataset's stream keeps its state and output: Delta tables by path, named in the metastore.
 
-The streaming job addresses every table it writes by path, so that it never opens the metastore
-(on the embedded default, Derby admits one JVM: a stream that held it would lock every other
-command out for its whole life). The publish step, a short process of its own, registers the
-paths under their names (``CREATE TABLE ... LOCATION``), so SQL sees them live::
+The streaming job addresses every table it writes by path, so that a stream with a session of its
+own never opens the metastore (Derby admits one JVM: a stream that held it would lock every other
+command out for its whole life). The publish step registers the paths under their names (``CREATE
+TABLE ... LOCATION``), so SQL sees them live::
 
-    <home>/streams/<dataset>/checkpoint     Spark's checkpoint (offsets, commits), and the stream's marks
+    <home>/streams/<dataset>/checkpoint     Spark's checkpoint (offsets, commits), and the stream's plan
+    <home>/streams/<dataset>/batches        one row per micro-batch: its counts and marks (etl.stream.batches)
     <home>/streams/<dataset>/records        featurehouse_staging.<dataset>_stream_records  staged records, not yet gated
                                             featurehouse_staging.<dataset>_stream          a view: impressions joined to labels
     <home>/streams/<dataset>/quarantine     featurehouse_quarantine.<dataset>_stream       malformed records

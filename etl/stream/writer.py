@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -16,27 +16,14 @@ from etl.records.quarantine import (
     with_impression_problem,
     with_label_problem,
 )
+from etl.stream.batches import BatchCounts, BatchRow, history, utc, write_batch
 from etl.stream.crash import kill_point
-from etl.stream.marks import MarkLog
+from etl.stream.marks import History
 from etl.stream.plan import KIND, record_columns, window_interval
 from etl.stream.tables import IMPRESSION, LABEL, StreamTables
 from schemas.names import format_ds
 from schemas.registry import DatasetRegistry
 from warehouse.tables import persisted
-
-
-@dataclass(frozen=True)
-class BatchCounts:
-    input_records: int
-    staged: int  # impressions and labels appended to the records table
-    quarantined: int  # malformed records and late impressions
-    late_impressions: int
-    late_labels: int
-    watermark: dt.datetime | None  # the watermark the batch judged its records by
-
-
-def _utc(micros: int | None) -> dt.datetime | None:
-    return None if micros is None else dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
 
 
 def _seconds(later: Column, earlier: Column) -> Column:
@@ -53,23 +40,26 @@ class BatchWriter:
     job's reasons. Every write is a Delta append tagged with ``txnAppId`` (the table and the
     checkpoint's query id, stable across restarts) and ``txnVersion`` (the batch id): a batch run
     again after a crash skips the writes that had committed and makes the others, so each record
-    lands exactly once. The batch's marks are written last, before Spark's commit file.
+    lands exactly once. The batch's row in the batches table (its counts and marks,
+    :mod:`etl.stream.batches`) is written last, before Spark's commit file.
+
+    Over Spark Connect this object runs in the engine's Python worker, not in the command's process:
+    what the driver loop needs of a batch it reads from that table. The marks are read from it once
+    per process and kept (``history``).
     """
 
     registry: DatasetRegistry
     tables: StreamTables
     run_id: str  # this run of the stream: recorded with its quarantined records
     delay: dt.timedelta
-    counts: dict[int, BatchCounts] = field(default_factory=dict)
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
-
-    @property
-    def marks(self) -> MarkLog:
-        return MarkLog(self.tables.checkpoint)
+    history: History | None = None  # the marks of the batches so far; read from the table at the first batch
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         kill_point(f"between:{batch_id}")
-        before = self.marks.through(batch_id - 1)
+        if self.history is None:
+            self.history = history(batch.sparkSession, self.tables)
+        before = self.history.through(batch_id - 1)
         watermark = before.watermark(self.delay)
         closed = before.closed_through(self.registry, self.delay)
         kind = F.col(KIND)
@@ -106,15 +96,19 @@ class BatchWriter:
                 self._append(self._quarantine(batch, late_impression, watermark, closed), "quarantine", batch_id)
             if late is not None and n_late:
                 self._append(self._late(late, watermark, batch_id), "late_labels", batch_id)
-        self.marks.write(batch_id, before.after(_utc(stats["newest_impression"]), _utc(stats["newest_label"])))
-        self.counts[batch_id] = BatchCounts(
+        marks = before.after(utc(stats["newest_impression"]), utc(stats["newest_label"]))
+        counts = BatchCounts(
             int(stats["records"]), n_staged, int(stats["bad"]) + int(stats["late_impressions"]),
             int(stats["late_impressions"]), n_late if late is not None else 0, watermark,
         )  # fmt: skip
+        write_batch(batch.sparkSession, self.tables, BatchRow(batch_id, counts, marks), app_id=self._app_id("batches"))
+        self.history = self.history.with_batch(batch_id, marks)
 
     def _append(self, rows: DataFrame, table: str, batch_id: int) -> None:
-        app_id = f"featurehouse-stream:{self.tables.dataset}:{self.tables.query_id()}:{table}"
-        self.tables.append(rows, table, txn=(app_id, batch_id))
+        self.tables.append(rows, table, txn=(self._app_id(table), batch_id))
+
+    def _app_id(self, table: str) -> str:
+        return f"featurehouse-stream:{self.tables.dataset}:{self.tables.query_id()}:{table}"
 
     def _judge_labels(self, batch: DataFrame, maybe_late: Column, late_impression: Column, closed: dt.date) -> DataFrame:
         """The labels that may be late, each with its impression's time if that impression's ds is closed (late)."""
