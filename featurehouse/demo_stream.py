@@ -10,36 +10,15 @@ the same day, on the columns both tables have.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featurehouse.demo_catalog import dump, registry_as_of
 from schemas.progress import stderr_progress
-from warehouse.session import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-def stream_process(config: Any) -> str:
-    """``featurehouse stream`` (files, available-now) for ``config`` as a process of its own; its summary. A day the
-    gate refuses is part of the summary (exit 3); any other failure is raised."""
-    from schemas.errors import EXIT_REFUSED, FeaturehouseError
-
-    command = [sys.executable, "-m", "featurehouse.cli", "stream", "--dataset", config.dataset, "--home",
-               str(config.home), "--registry-dir", str(config.registry_dir), "--source", "files",
-               "--trigger", "available-now"]  # fmt: skip
-    stderr_progress("running " + " ".join(command[3:]))
-    # pyspark marks this process as a Spark Connect client in its environment; the stream's own session is classic
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
-    done = subprocess.run(command, stdout=subprocess.PIPE, env=env, text=True, check=False)  # progress: our stderr
-    if done.returncode not in (0, EXIT_REFUSED):
-        raise FeaturehouseError(f"the demo's stream failed (exit {done.returncode}); its output is above")
-    return done.stdout.strip()
 
 
 def stream_and_compare(spark: SparkSession, home: Path, dataset: str, final: dict[str, Any], day: dt.date,
@@ -60,11 +39,9 @@ def stream_and_compare(spark: SparkSession, home: Path, dataset: str, final: dic
     tables.unregister(spark)
     shutil.rmtree(tables.folder, ignore_errors=True)
     config = stream.StreamConfig(dataset=name, home=home, registry_dir=registry_dir)
-    if is_connect(spark):  # the stream runs beside the engine (no metastore), its publish step on the engine
-        lines = [stream_process(config)]
-    else:  # a classic session holds the metastore: the stream and its publish step run in it
-        summary = stream.run(spark, config, progress=stderr_progress, publisher=in_process_publisher(spark, config))
-        lines = [summary.format()]
+    # the demo's session holds the metastore (the engine's, or a classic one's): the stream and its publish step run in it
+    summary = stream.run(spark, config, progress=stderr_progress, publisher=in_process_publisher(spark, config))
+    lines = [summary.format()]
     published = [r.ds for r in tables.read(spark, "days").where(F.col("decision") == "published").collect()]
     if not published:
         return "\n".join([*lines, "no day closed under the stream's watermark: nothing to compare"])

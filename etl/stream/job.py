@@ -9,6 +9,15 @@ sources as one stream of records, no join); each micro-batch is staged by
 :class:`etl.stream.writer.BatchWriter`, exactly once (Delta ``txnAppId``/``txnVersion``, checkpoint
 under ``<home>/streams/<dataset>``), and judged by the stream's own watermark (:mod:`etl.stream.marks`).
 
+Where it runs: on the embedded default (``--engine auto``) the stream is a client of the home's
+engine, started if none runs. Its query belongs to the engine, and its micro-batches
+(``foreachBatch``) run in the engine's Python worker, so what the driver loop here learns of a batch
+it reads from the stream's batches table (:mod:`etl.stream.batches`). If this process dies, the
+engine closes its session and stops the query; the same command resumes from the checkpoint.
+``--engine off``, spark-submit and clusters give the stream a session of its own, which never opens
+the metastore (no Hive catalog; every table is addressed by path), so other commands and the engine
+run beside it.
+
 Where rows become visible:
 
 * an impression (with its features) and a label are in ``featurehouse_staging.<dataset>_stream_records``
@@ -16,14 +25,15 @@ Where rows become visible:
 * a ds is in ``featurehouse.<dataset>`` once it is closed (the watermark has passed its end plus the
   longest window, and the impressions its end) and passed the quality gate: after that micro-batch
   (or at start, for a day closed before a restart), the stream runs ``featurehouse stream-publish``
-  (:mod:`etl.stream.publish`) as a process of its own: on the embedded default a client of the home's
-  engine (started if none runs), so the publish runs inside the engine with no JVM of its own; it gets the
-  stream's runtime ``--conf`` settings, not its static ones (the engine's hold there).
+  (:mod:`etl.stream.publish`): on the engine in its own session (the engine holds the metastore; no
+  JVM or process of its own); with a session of its own, as a process of its own that opens the
+  metastore for as long as it publishes: a client of the home's engine on the embedded default
+  (started if none runs; ``--engine off`` is passed on), given the stream's runtime ``--conf``
+  settings, not its static ones (the engine's hold there).
 
-The stream itself never opens the metastore (its session has no Hive catalog; every table is
-addressed by path), so on the embedded default other commands, and the engine, run beside it. ``available-now`` reads what has arrived and stops (what a
-scheduler runs); ``continuous`` runs micro-batches every ``--interval`` until Ctrl-C or SIGTERM,
-which stop it after the current micro-batch.
+``available-now`` reads what has arrived and stops (what a scheduler runs); ``continuous`` runs
+micro-batches every ``--interval`` until Ctrl-C or SIGTERM, which stop it after the current
+micro-batch.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -48,7 +59,8 @@ from tenacity import Retrying, retry_if_result, wait_fixed
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
 from etl.records.landing import RecordKind, path_exists
 from etl.records.quarantine import SCHEMA as QUARANTINE_SCHEMA
-from etl.stream.marks import MarkLog
+from etl.stream import batches
+from etl.stream.marks import History, claim
 from etl.stream.plan import KIND, plan, read_files, read_kafka, record_columns
 from etl.stream.tables import (
     DAYS_SCHEMA,
@@ -56,7 +68,8 @@ from etl.stream.tables import (
     PROGRESS_SCHEMA,
     StreamTables,
 )
-from etl.stream.writer import BatchCounts, BatchWriter
+from etl.stream.publish import in_process_publisher
+from etl.stream.writer import BatchWriter
 from schemas.paths import landing_location
 from schemas.bad_records import check_max_bad_fraction
 from schemas.config import POSITIVE_INT, DatasetJobConfig, satisfies
@@ -72,9 +85,9 @@ from schemas.redact import redact
 from schemas.registry import DatasetRegistry, load_dataset, parse_duration
 from warehouse.command import run_spark_job
 from warehouse.confs import runtime_confs
-from warehouse.flags import add_common_arguments, common_settings
+from warehouse.flags import add_common_arguments, add_engine_argument, common_settings, engine_settings
 from warehouse.publish import new_run_id
-from warehouse.session import embedded_default
+from warehouse.session import embedded_default, is_connect, uses_engine
 
 
 class Source(StrEnum):
@@ -190,8 +203,12 @@ def _sources(spark: SparkSession, config: StreamConfig) -> tuple[DataFrame, Data
 
 @contextmanager
 def _stop_requests() -> Iterator[Callable[[], str | None]]:
-    """SIGINT and SIGTERM set a flag instead of interrupting; yields a function returning the signal's name."""
+    """SIGINT and SIGTERM set a flag instead of interrupting; yields a function returning the signal's name. Outside
+    the main thread (where Python cannot handle signals: an embedding host's worker thread) the host stops it."""
     seen: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
     handler = lambda signum, _frame: seen.append(signal.Signals(signum).name)  # noqa: E731
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -209,8 +226,10 @@ def publish_command(config: StreamConfig, through: dt.date) -> list[str]:
         args += ["--registry-dir", str(config.registry_dir)]
     if config.max_bad_fraction is not None:
         args += ["--max-bad-fraction", str(config.max_bad_fraction)]
-    on_engine = embedded_default(config.spark_conf)  # as the publish process decides (--engine auto), even where
-    # this process, under spark-submit, keeps its own session
+    if config.engine == "off":  # the user's choice holds for the publish step too: no engine started for it
+        args += ["--engine", "off"]
+    # as the publish process decides (--engine auto), even where this process, under spark-submit, keeps its own session
+    on_engine = config.engine != "off" and embedded_default(config.spark_conf)
     for key, value in config.spark_conf.items():
         if key in STREAM_CONFS:  # the publish process opens the metastore
             continue
@@ -245,10 +264,11 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
     started = time.monotonic()
     registry = load_dataset(config.dataset, config.registry_dir)
     tables = StreamTables(config.home, config.dataset)
+    if publisher is None and is_connect(spark):  # on an engine, which holds the metastore: publish in this session
+        publisher = in_process_publisher(spark, config, progress=say, report=say)
     publisher = publisher or (lambda through: _publish_process(config, through, say))
     summary = StreamSummary(config.dataset, config.source.value, config.trigger.value)
-    marks = MarkLog(tables.checkpoint)
-    marks.claim()  # before the query starts: a checkpoint of the previous plan is refused
+    claim(tables.checkpoint)  # before the query starts: a checkpoint of the previous plan is refused
     impression_lines, label_lines = _sources(spark, config)
     output = plan(registry, impression_lines, label_lines)
     records_schema = output.select(F.col(KIND).alias("record"), *record_columns(registry)[1:]).schema
@@ -257,6 +277,7 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
     tables.create(spark, "late_labels", LATE_LABELS_SCHEMA)
     tables.create(spark, "progress", PROGRESS_SCHEMA)
     tables.create(spark, "days", DAYS_SCHEMA)
+    batches.create(spark, tables)
     run_id = new_run_id()
     writer = BatchWriter(registry, tables, run_id, config.watermark_delay)
     writer_stream = output.writeStream.foreachBatch(writer).option("checkpointLocation", str(tables.checkpoint))
@@ -266,7 +287,7 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
         writer_stream = writer_stream.trigger(processingTime=f"{int(config.interval.total_seconds())} seconds")
     say(f"stream {config.dataset}: {config.source.value} -> {tables.name('records')} ({config.trigger.value}, "
         f"watermark delay {config.watermark_delay}, checkpoint {tables.checkpoint})")  # fmt: skip
-    state = _Loop(config, registry, tables, writer, summary, say, publisher, run_id)
+    state = _Loop(config, registry, tables, summary, say, publisher, run_id)
     with _stop_requests() as stop_requested:
         state.resume(spark)  # days closed before a restart (a publish that was stopped) are decided first
         query = writer_stream.queryName(f"featurehouse_stream_{config.dataset}").start()
@@ -297,33 +318,40 @@ class _Loop:
     config: StreamConfig
     registry: DatasetRegistry
     tables: StreamTables
-    writer: BatchWriter
     summary: StreamSummary
     progress: Progress
     publisher: Callable[[dt.date], int]
     run_id: str
     last_batch: int = -1
     published_through: dt.date | None = None
+    history: History = field(default_factory=History)  # the marks of the batches so far (the batches table)
 
     def resume(self, spark: SparkSession) -> None:
-        """Before the first micro-batch: the watermark and closed days the last committed batch left; days closed
-        then and not decided yet (a publish stopped by a crash) are published now."""
-        committed = self.writer.marks.last_committed()
-        self.last_batch = -1 if committed is None else committed  # this run's batches come after it
-        self._close(spark, committed)
+        """Before the first micro-batch: the watermark and closed days the last batch left; days closed then and not
+        decided yet (a publish stopped by a crash) are published now."""
+        self.history = batches.history(spark, self.tables)
+        last = self.history.last_batch()
+        self.last_batch = -1 if last is None else last  # this run's batches come after it
+        self._close(spark, last)
 
     def after_batches(self, progresses: Sequence[dict], spark: SparkSession, *, final: bool = False) -> None:
-        new = [p for p in progresses if p["batchId"] > self.last_batch and p["batchId"] in self.writer.counts]
-        rows = [self._account(p) for p in new]
+        """Account the batches that ran since the last call: their rows of the batches table with Spark's progress."""
+        ran = {int(p["batchId"]): p for p in progresses
+               if p["batchId"] > self.last_batch and "addBatch" in (p.get("durationMs") or {})}  # fmt: skip
+        new = [(ran[r.batch_id], r) for r in batches.read_batches(spark, self.tables, after=self.last_batch)
+               if r.batch_id in ran] if ran else []  # fmt: skip
+        for _, r in new:
+            self.history = self.history.with_batch(r.batch_id, r.marks)
+        rows = [self._account(p, r) for p, r in new]
         if rows:
             self.tables.append(spark.createDataFrame(rows, PROGRESS_SCHEMA), "progress")
         if new or final:
             self._close(spark, self.last_batch)
 
     def _close(self, spark: SparkSession, batch_id: int | None) -> None:
-        """The marks through committed micro-batch ``batch_id`` (what the next batch judges its records by): the
-        watermark, and the closed days, of which those staged and not decided yet are published."""
-        marks = self.writer.marks.through(batch_id)
+        """The marks through micro-batch ``batch_id`` (what the next batch judges its records by): the watermark,
+        and the closed days, of which those staged and not decided yet are published."""
+        marks = self.history.through(batch_id)
         self.summary.watermark = marks.watermark(self.config.watermark_delay)
         through = marks.closed_through(self.registry, self.config.watermark_delay)
         if through is None:
@@ -336,9 +364,8 @@ class _Loop:
             else:
                 self.published_through = through  # nothing staged is waiting: no process to start
 
-    def _account(self, progress: dict) -> dict:
-        batch_id = int(progress["batchId"])
-        counts: BatchCounts = self.writer.counts[batch_id]
+    def _account(self, progress: dict, row: batches.BatchRow) -> dict:
+        batch_id, counts = row.batch_id, row.counts
         self.last_batch = batch_id
         state = progress.get("stateOperators") or []  # none since the records plan: reported as Spark gives it
         state_rows = sum(int(s.get("numRowsTotal", 0)) for s in state)
@@ -423,6 +450,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "malformed (default: the registry's quality.max_bad_fraction, 0.01 unless set); bad records "
                         "are quarantined either way")  # fmt: skip
     add_common_arguments(parser)
+    add_engine_argument(parser)
 
 
 def _duration(flag: str, text: str) -> dt.timedelta:
@@ -456,12 +484,15 @@ def parse_args(argv: Sequence[str] | None = None) -> StreamConfig:
         publish=not ns.no_publish,
         max_bad_fraction=ns.max_bad_fraction,
         **common_settings(ns),
+        **engine_settings(ns),
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     def parse() -> StreamConfig:
         config = parse_args(argv)
+        if uses_engine(config.engine, config.engine_url, config.spark_conf):
+            return config  # the engine's session, with its Hive catalog (a static setting, fixed when it started)
         return StreamConfig(**{**config.__dict__, "spark_conf": {**STREAM_CONFS, **config.spark_conf}})
 
     return run_spark_job(parse, lambda spark, config: run(spark, config, progress=stderr_progress))

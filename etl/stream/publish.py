@@ -2,9 +2,11 @@
 
     featurehouse stream-publish --dataset ads --through 2026-11-03
 
-The stream (``featurehouse stream``) runs this as a short process of its own each time its
-watermark closes a day, so that only this process opens the metastore, for as long as it
-publishes. Run by hand, it publishes what is closed and not yet decided; it is idempotent.
+Each time its watermark closes a day, the stream (``featurehouse stream``) runs this: in its own
+session when it runs on the engine (which holds the metastore); as a short process of its own
+when the stream has a session of its own (``--engine off``, spark-submit), whose session never
+opens the metastore. Run by hand, it publishes what is closed and not yet decided; it is
+idempotent.
 
 For each staged ds up to ``--through`` that has no decision yet, in order:
 
@@ -161,12 +163,14 @@ def _record(spark: SparkSession, tables: StreamTables, ds: dt.date, decision: st
     tables.append(spark.createDataFrame([row], DAYS_SCHEMA), "days")
 
 
-def in_process_publisher(spark: SparkSession, config: StreamConfig, *, progress: Progress | None = None
-                         ) -> Callable[[dt.date], int]:  # fmt: skip
+def in_process_publisher(spark: SparkSession, config: StreamConfig, *, progress: Progress | None = None,
+                         report: Callable[[str], None] | None = None) -> Callable[[dt.date], int]:  # fmt: skip
     """A ``publisher`` for :func:`etl.stream.job.run` that decides the closed days in this session, not in a process
-    of its own: for a session that already holds the metastore (the demo, tests); returns this command's exit status.
+    of its own: for a session that holds the metastore (a stream on the engine, the demo, tests); returns
+    ``featurehouse stream-publish``'s exit status.
 
-    ``config``: the stream's (its dataset, home and registry folder are the publish step's too).
+    ``config``: the stream's (its dataset, home and registry folder are the publish step's too). ``report``: where
+    the summary goes (default: stdout).
     """
 
     def publish(through: dt.date) -> int:
@@ -174,7 +178,7 @@ def in_process_publisher(spark: SparkSession, config: StreamConfig, *, progress:
             dataset=config.dataset, through=through, home=config.home, registry_dir=config.registry_dir,
             max_bad_fraction=config.max_bad_fraction,
         ), progress=progress)  # fmt: skip
-        print(summary.format(), flush=True)
+        (report or (lambda text: print(text, flush=True)))(summary.format())
         return 0 if all(d.published for d in summary.decisions) else EXIT_REFUSED
 
     return publish

@@ -1,8 +1,10 @@
-"""The stream killed with SIGKILL at three points, each restarted three ways; a continuous stream beside SQL.
+"""The stream killed with SIGKILL at three points, each restarted three ways; a continuous stream on the engine beside
+a label join and SQL, its client killed, restarted and stopped by Ctrl-C.
 
-Real Spark, Delta and processes: each kill run is the real command (``featurehouse stream``, or the
-documented spark-submit command line), killed by the test-only hook ``FEATUREHOUSE_STREAM_KILL_AT``
-(``etl/stream/crash.py``) and checked against its checkpoint's offsets and commits files. Each
+Real Spark, Delta, processes and engine: each kill run is the real command (``featurehouse stream`` in a session of
+its own, on the engine, or the documented spark-submit command line), killed by the test-only hook
+``FEATUREHOUSE_STREAM_KILL_AT`` (``etl/stream/crash.py``) and checked against its checkpoint's offsets and commits
+files. Each
 restart runs the same arguments, parsed by the command's own parser, in this test session, from a
 copy of the killed stream's folder: with new records on the impression side only, on the label
 side only, and on both. Every closed day must then be published once and equal the batch job's
@@ -115,8 +117,11 @@ def _put(logs: Path, part: str, landing: Path) -> list[Path]:
 
 def _stream_args(home: Path, landing: Path, registry_dir: Path, *extra: str) -> list[str]:
     return ["--dataset", KILLED, "--home", str(home), "--landing", str(landing), "--registry-dir", str(registry_dir),
-            "--trigger", "available-now", *extra, "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.sql.shuffle.partitions=2"]  # fmt: skip
+            "--trigger", "available-now", *extra, "--conf", "spark.sql.shuffle.partitions=2"]  # fmt: skip
+
+
+#: For a stream with a session of its own (no UI); on the engine a static setting is refused, naming the restart.
+NO_UI = ("--conf", "spark.ui.enabled=false")
 
 
 def _spark_submit(args: list[str], home: Path) -> list[str]:
@@ -144,8 +149,11 @@ KILL_POINTS = {"staged": "staged:1", "between": "between:1", "publishing": "publ
 def killed(kill_logs, tmp_path_factory):
     """The three kill runs, started together, each in a session of its own and killed by the test-only hook:
 
-    * ``staged``: micro-batch 1 of the base logs has appended its records, and has no commit file;
-    * ``between``: micro-batch 0 has its commit file, 1 has its offsets and has written nothing;
+    * ``staged``: micro-batch 1 of the base logs has appended its records, and has no commit file (``--engine
+      off``: the stream's own session, killed with it);
+    * ``between``: micro-batch 0 has its commit file, 1 has its offsets and has written nothing. This stream is a
+      client of the home's engine, which it starts with the hook in its environment: the hook runs in the engine's
+      Python worker (``foreachBatch``) and kills the engine, not the client, which must say so and exit;
     * ``publishing``: the base logs and the label-side logs in one micro-batch, which closes day 1; stream-publish
       (a process of its own, killed with the stream) has replaced day 1's partition and not recorded its decision.
     The stream of ``publishing`` is the documented spark-submit command line.
@@ -158,10 +166,12 @@ def killed(kill_logs, tmp_path_factory):
         _put(logs, "base", landing)
         if point == "publishing":
             _put(logs, "labels", landing)
-            command = _spark_submit(_stream_args(home, landing, registry_dir), home)
+            command = _spark_submit(_stream_args(home, landing, registry_dir, *NO_UI), home)
         else:
-            command = [sys.executable, "-m", "featurehouse.cli", "stream",
-                       *_stream_args(home, landing, registry_dir, "--max-files-per-trigger", "24")]  # fmt: skip
+            own = point == "staged"
+            command = [sys.executable, "-m", "featurehouse.cli", "stream", "--engine", "off" if own else "auto",
+                       *_stream_args(home, landing, registry_dir, "--max-files-per-trigger", "24",
+                                     *(NO_UI if own else ()))]  # fmt: skip
         env = {**os.environ, "FEATUREHOUSE_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
                "FEATUREHOUSE_STREAM_KILL_AT": hook}  # fmt: skip
         runs[point] = (home, landing, command, subprocess.Popen(
@@ -170,7 +180,11 @@ def killed(kill_logs, tmp_path_factory):
     out = {}
     for point, (home, landing, command, process) in runs.items():
         output = process.communicate(timeout=400)[0]
-        assert process.returncode == -signal.SIGKILL, f"{point}: exit {process.returncode}\n{output[-3000:]}"
+        if point == "between":  # the engine was killed under its client
+            assert process.returncode == 2, f"{point}: exit {process.returncode}\n{output[-3000:]}"
+            assert f"the engine for {home.resolve()} stopped while this command ran" in output, output[-3000:]
+        else:
+            assert process.returncode == -signal.SIGKILL, f"{point}: exit {process.returncode}\n{output[-3000:]}"
         out[point] = (home, landing, command, output)
     return out
 
@@ -254,33 +268,89 @@ def test_restart_after_kill_publishes_every_closed_day_once(point, killed, kill_
                 f.unlink()
 
 
-def test_a_continuous_stream_leaves_the_metastore_to_sql_and_stops_on_ctrl_c(killed, kill_logs, spark):
-    """A continuous stream does not hold the embedded metastore: SQL runs beside it, then Ctrl-C stops it. (Its
-    home is the one whose stream-publish was killed after replacing day 1's partition: SQL reads that partition.)"""
-    _, registry_dir, _ = kill_logs
-    home, landing, _, _ = killed["publishing"]
-    args = ["stream", *_stream_args(home, landing, registry_dir, "--no-publish")]
-    args[args.index("available-now")] = "continuous"
-    live = _featurehouse(*args, "--interval", "1s")
+def _follow(process: subprocess.Popen) -> list[str]:
+    """The lines ``process`` prints, collected as they come."""
     lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(live.stdout), daemon=True).start()
+    threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
+    return lines
+
+
+def _wait_for(process: subprocess.Popen, lines: list[str], text: str, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not any(text in line for line in lines):
+        assert process.poll() is None and time.monotonic() < deadline, f"waited for {text!r}:\n" + "".join(lines)
+        time.sleep(0.2)
+
+
+def _batch_ids(checkpoint: Path, folder: str) -> set[int]:
+    return {int(p.name) for p in (checkpoint / folder).iterdir() if p.name.isdigit()}
+
+
+def test_a_continuous_stream_on_the_engine_beside_a_label_join_and_sql(killed, kill_logs, world, streamed_records,
+                                                                       spark):  # fmt: skip
+    """On the embedded default, at once and all clients of one engine: a continuous stream of one dataset, which
+    publishes the day its killed stream-publish left undecided; a label join of another dataset; four SQL queries.
+    Then the stream's client is killed with SIGKILL: the engine closes its session and stops its query (files that
+    land next are not read). The same command resumes from the checkpoint, stages them once, and stops on Ctrl-C."""
+    logs, registry_dir, _ = kill_logs
+    _, _, world_landing = world
+    home, landing, _, _ = killed["publishing"]
+    tables = StreamTables(home, KILLED)
+    args = ["stream", *_stream_args(home, landing, registry_dir), "--interval", "1s"]
+    args[args.index("available-now")] = "continuous"
+    live = _featurehouse(*args)
+    lines = _follow(live)
+    added: list[Path] = []
     try:
-        deadline = time.monotonic() + 120
-        while not any(f"stream {KILLED}: files -> " in line for line in lines):  # its query is starting
-            assert live.poll() is None and time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.2)
-        query = f"SELECT count(*) AS n FROM featurehouse.{KILLED} WHERE ds = '{DS}'"
-        sql = subprocess.run([sys.executable, "-m", "featurehouse.cli", "sql", "--home", str(home), "--format",
-                              "json", query], cwd=REPO, capture_output=True, text=True, timeout=180)  # fmt: skip
-        assert sql.returncode == 0, sql.stderr
-        assert json.loads(sql.stdout) == [{"n": _batch_day(spark).count()}]
-        assert live.poll() is None  # still streaming
+        _wait_for(live, lines, f"stream {KILLED}: files -> ")  # its session is open: the engine runs
+        query = f"SELECT count(*) AS n FROM featurehouse.{KILLED} WHERE ds = '{DS}'"  # replaced before the kill
+        join = _featurehouse("label-join", "--dataset", f"{DATASET}_batch", "--ds", DS, "--home", str(home),
+                             "--landing", str(world_landing), "--registry-dir", str(registry_dir),
+                             "--conf", "spark.sql.shuffle.partitions=2")  # fmt: skip
+        questions = [subprocess.Popen([sys.executable, "-m", "featurehouse.cli", "sql", "--home", str(home), "--format",
+                                       "json", query], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True) for _ in range(4)]  # fmt: skip
+        joined = join.communicate(timeout=300)[0]
+        assert join.returncode == 0, joined[-3000:]
+        answers = [q.communicate(timeout=300) for q in questions]
+        batch_rows = _batch_day(spark).count()
+        for q, (out, err) in zip(questions, answers):
+            assert q.returncode == 0, err[-3000:]
+            assert json.loads(out) == [{"n": batch_rows}], out  # one Delta commit replaces it: never part
+        assert "starting the engine" not in joined  # the stream's engine served it
+        _wait_for(live, lines, f"stream-publish {KILLED}: 1 day(s) through {DS}")
+        published = spark.read.format("delta").load(str(Path(home) / "warehouse" / "featurehouse.db" / f"{DATASET}_batch"))
+        assertDataFrameEqual(published.where(F.col("ds") == DS), _batch_day(spark))
+
+        live.kill()  # SIGKILL of the client alone: the engine, in a session of its own, runs on
+        live.wait(30)
+        log = Path(home) / "engine" / "engine.log"
+        deadline = time.monotonic() + 30
+        while f"client pid {live.pid} is gone" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        offsets = _batch_ids(tables.checkpoint, "offsets")
+        added = _put(logs, "impressions", landing)
+        time.sleep(6)  # six triggers of a query that still ran
+        assert _batch_ids(tables.checkpoint, "offsets") == offsets, "the dead client's query read new files"
+
+        again = _featurehouse(*args)
+        lines = _follow(again)
+        deadline = time.monotonic() + 180
+        while not _batch_ids(tables.checkpoint, "commits") - offsets:
+            assert again.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.5)
+        again.send_signal(signal.SIGINT)
+        again.wait(120)
+        out = "".join(lines)
+        assert again.returncode == 0, out[-3000:]
+        assert "stopped by SIGINT after the current micro-batch" in out
+        _check_restart(spark, home, spark.read.format("delta").load(str(Path(home) / "warehouse" / "featurehouse.db"
+                                                                        / KILLED)),  # fmt: skip
+                       landing, None, streamed_records, "engine")
     finally:
-        time.sleep(3)  # a few idle triggers
-        live.send_signal(signal.SIGINT)
-        live.wait(120)
-    out = "".join(lines)
-    assert live.returncode == 0, out
-    assert "stopped by SIGINT after the current micro-batch" in out
-
-
+        for process in (live, *([again] if "again" in locals() else [])):
+            if process.poll() is None:
+                process.kill()
+        for f in added:
+            f.unlink()

@@ -86,6 +86,7 @@ def test_the_token_is_private_and_a_wrong_or_missing_one_is_refused(home):
     files = EngineFiles(home)
     state = running_engine(files)
     assert files.token.stat().st_mode & 0o777 == 0o600
+    assert files.log.stat().st_mode & 0o777 == 0o600  # a stream's Python worker writes its URL, token included, there
     token = files.read_token()
     assert len(token) >= 40
     for pid in engine_pids(home):  # command lines are public (ps): the token goes to the JVM by its environment
@@ -204,6 +205,36 @@ def test_an_interrupted_client_stops_its_operations_and_publishes_whole_or_nothi
                                     "WHERE ds = '2026-11-01'").stdout)  # fmt: skip
         assert rows == [{"n": 500, "ids": 500}]  # the previous copy or the whole new one, never part or both
         published = now
+
+
+def test_an_engine_killed_mid_publish_leaves_the_table_whole_and_the_rerun_publishes_one_copy(home):
+    """SIGKILL of the engine's whole process group as a client's join publishes: the client says so and exits 2 within
+    seconds; the table holds its previous version or the whole new one; the rerun (a new engine) publishes one copy."""
+    files = EngineFiles(home)
+
+    def version() -> int:
+        return json.loads(sql(home, "DESCRIBE HISTORY featurehouse.ads LIMIT 1").stdout)[0]["version"]
+
+    def rows() -> list[dict]:
+        return json.loads(sql(home, "SELECT count(*) AS n, count(DISTINCT impression_id) AS ids FROM featurehouse.ads "
+                                    "WHERE ds = '2026-11-01'").stdout)  # fmt: skip
+
+    published, engine = version(), running_engine(files)
+    client = subprocess.Popen([FEATUREHOUSE, "label-join", "--dataset", "ads", "--ds", "2026-11-01", "--home", str(home)],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lines = []
+    for line in client.stderr:
+        lines.append(line)
+        if "publishing into" in line:
+            os.killpg(engine.pid, signal.SIGKILL)
+            break
+    err = "".join(lines) + client.communicate(timeout=120)[1]  # in about 6 s, not after Connect's 10 minutes of retries
+    assert client.returncode == 2, err[-3000:]
+    assert f"the engine for {home} stopped while this command ran" in err, err[-3000:]
+    now = version()  # a new engine
+    assert now in (published, published + 1) and rows() == [{"n": 500, "ids": 500}], (published, now)
+    run(home, "label-join", "--dataset", "ads", "--ds", "2026-11-01")
+    assert version() == now + 1 and rows() == [{"n": 500, "ids": 500}]  # one copy, whole
 
 
 def test_a_dead_clients_session_is_closed(home):

@@ -42,6 +42,10 @@ TOKEN_IN_TEXT = re.compile(r"token=[^;\s\]]+")
 DEFAULT_CONNECT_PORT = 15002
 #: How long a command waits for a busy engine to become idle before it leaves it running and refuses.
 SETTLE_S = 3.0
+#: How a client of the home's engine retries a call the engine does not answer: about 6 s in all. Spark Connect's
+#: own policy retries for at least 10 minutes, for a network between them; a local engine that does not answer is
+#: gone (killed, or stopped), which the command then says (:func:`engine_session`).
+LOCAL_RETRIES = {"max_retries": 5, "initial_backoff": 100, "max_backoff": 2000}
 
 
 def say(message: str) -> None:
@@ -96,7 +100,10 @@ def start_engine(files: EngineFiles, *, idle_stop_minutes: float | None = None,
         command += ["--conf", pair]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY_")}
     started = time.monotonic()
-    with files.log.open("ab") as log:
+    # 0600, as the token: a stream's foreachBatch worker (pyspark's code) prints its Connect URL, token included
+    descriptor = os.open(files.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(descriptor, 0o600)  # a log of a version before this one
+    with os.fdopen(descriptor, "ab") as log:
         log.write(f"\n--- started by pid {os.getpid()} at {time.ctime()}\n".encode())
         log.flush()
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -244,9 +251,12 @@ def engine_session(home: Path, confs: Mapping[str, str], *, remote: str | None =
         spark = connect(remote)
         check_remote_version(spark, remote)
     else:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
         files = EngineFiles(Path(home))
         state = ensure_engine(files)
         spark = connect(state.url(files.read_token()))
+        spark.client.set_retry_policies([DefaultPolicy(**LOCAL_RETRIES)])
         if state.ui:
             spark.conf.set(ENGINE_UI, state.ui)  # where this session's jobs are counted (warehouse.spark_jobs)
     try:
@@ -257,8 +267,17 @@ def engine_session(home: Path, confs: Mapping[str, str], *, remote: str | None =
         say("interrupted: stopping this command's operations on the engine")
         spark.interruptAll()  # this session's operations only; a publish is one Delta commit, so none is half-done
         raise
+    except Exception as err:
+        if remote is None and not state.alive():
+            raise FeaturehouseError(
+                f"the engine for {home} stopped while this command ran (its log: {files.log}); nothing is "
+                "half-published (one Delta commit each). Run the command again: it starts a new engine, and a stream "
+                "resumes from its checkpoint"
+            ) from err
+        raise
     finally:
-        spark.stop()  # releases the session (the engine closes it, interrupting whatever still runs)
+        if remote is not None or state.alive():
+            spark.stop()  # releases the session (the engine closes it, interrupting whatever still runs)
 
 
 @contextmanager
