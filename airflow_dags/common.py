@@ -1,8 +1,8 @@
-"""What the featurehouse DAGs share: settings, the Spark pool, the spark-submit operator, the landing sensor.
+"""What the featurehouse DAGs share: settings, the Spark pool, the job operator, the landing sensor.
 
 Nothing heavy is imported here or in the DAG files (no pyspark, torch or Great Expectations):
-the jobs run in their own spark-submit processes. Settings are read when a task runs, never
-at parse time:
+a job is imported when its task runs, as a client of the engine, or runs in a spark-submit
+process (``FeaturehouseJob``). Settings are read when a task runs, never at parse time:
 
 ========================== =================================================================
 Airflow Variable           meaning (default: works on the embedded set-up)
@@ -16,8 +16,8 @@ featurehouse_retention_apply  "true": scheduled retention runs remove; otherwise
 ========================== =================================================================
 
 The Spark Connection ``featurehouse_spark`` names the master (``local[*]`` by default; a
-``spark://host:7077`` for a standalone cluster). Every task that starts Spark takes a slot of
-the pool ``featurehouse_spark``: one slot on the embedded Derby metastore, which admits one JVM.
+``spark://host:7077`` for a standalone cluster). Every Spark task takes a slot of the pool
+``featurehouse_spark`` (``airflow_dags.setup`` says how many are safe).
 
 Parse-time knobs are environment variables (reading Variables while parsing costs a metastore
 round trip per parse): ``FEATUREHOUSE_DAILY_START`` / ``FEATUREHOUSE_DAILY_END`` (the first and
@@ -53,8 +53,6 @@ SPARK_POOL = "featurehouse_spark"
 SPARK_CONN_ID = "featurehouse_spark"
 #: The Spark Connect Connection of the engine the jobs are clients of: without a port, the data folder's own.
 ENGINE_CONN_ID = "featurehouse_engine"
-#: The commands that are no engine clients yet: always spark-submit.
-CLASSIC_ONLY = frozenset({"stream"})
 #: Where the DAGs without catchup start (their first run is the latest tick anyway).
 START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 #: The retries of every task (``default_args``), with backoff; a refused ds fails at once all the same.
@@ -221,9 +219,9 @@ class FeaturehouseJob(SparkSubmitOperator):
       task's own process as a client of that engine: the data folder's own engine when the Connection has no port
       (started in the background if none runs, its port and token read under ``<home>/engine/``), else
       ``SparkConnectHook``'s URL. No JVM of the task's own.
-    * **by spark-submit** otherwise (a cluster's master), and for the commands that are no engine clients yet
-      (:data:`CLASSIC_ONLY`, the stream). At run time it adds what the embedded set-up needs (``featurehouse
-      spark-args``: Delta's jars, the metastore, the warehouse folder); the master comes from the Connection.
+    * **by spark-submit** otherwise (a cluster's master). At run time it adds what the embedded set-up needs
+      (``featurehouse spark-args``: Delta's jars, the metastore, the warehouse folder); the master comes from the
+      Connection.
 
     Either way the job gets the Variables' Spark settings as ``--conf`` (which it applies last),
     ``--registry-dir`` and, for jobs that read the landing zone, ``--landing``, and takes a slot of the
@@ -255,7 +253,7 @@ class FeaturehouseJob(SparkSubmitOperator):
             args += ["--landing", settings.landing]
         for key, value in settings.spark_conf.items():
             args += ["--conf", f"{key}={value}"]
-        engine = None if self.job in CLASSIC_ONLY else engine_of(settings)
+        engine = engine_of(settings)
         if engine is not None:
             self._on_engine(context, settings, args, remote=engine or None)
             return

@@ -1,8 +1,9 @@
 """``featurehouse_streaming``: every hour, the available-now stream catches up with what has landed.
 
-``spark-submit etl/stream/job.py --dataset D --source files --trigger available-now``: it joins the
-files that arrived since the last run (exactly once, by its checkpoint), publishes the days whose
-windows have closed through the quality gate, and stops. One run at a time; a missed hour is not
+``featurehouse stream --dataset D --source files --trigger available-now`` (on the embedded default a
+client of the data folder's engine, by spark-submit on a cluster): it stages the files that arrived
+since the last run (exactly once, by its checkpoint), publishes the days whose windows have closed
+through the quality gate, and stops. One run at a time; a missed hour is not
 caught up separately (the next run reads everything new).
 """
 

@@ -4,9 +4,13 @@
     python -m airflow_dags.setup
 
 * The pool ``featurehouse_spark``, whose slots are how many Spark tasks may run at once: the
-  Variable ``featurehouse_spark_slots`` (default 1). Embedded Derby admits one JVM, so more than
-  one slot is refused unless ``featurehouse_spark_conf`` points the jobs at a shared metastore
-  (``spark.hadoop.javax.jdo.option.ConnectionURL``). Run this again after changing either.
+  Variable ``featurehouse_spark_slots`` (default 1). On the embedded default (a ``local`` master,
+  no metastore of the Variables' own) every Spark task is a client of the data folder's engine,
+  which holds the embedded Derby metastore for all of them, so any number of slots is safe. With
+  a cluster's master the jobs are spark-submitted, each a JVM of its own, and embedded Derby admits
+  one: more than one slot is refused there unless ``featurehouse_spark_conf`` points the jobs at a
+  shared metastore (``spark.hadoop.javax.jdo.option.ConnectionURL``). Run this again after
+  changing either.
 * The Spark Connection ``featurehouse_spark`` (master ``local[*]``), unless it exists: edit it to
   point the jobs at a cluster, e.g. ``airflow connections add featurehouse_spark --conn-type spark
   --conn-host spark://spark-master:7077`` after deleting the default one. On a ``local`` master the
@@ -26,8 +30,9 @@ from schemas.settings import METASTORE_URL
 
 
 
-def pool_slots(slots_text: str | None, spark_conf_text: str | None) -> int:
-    """The pool's size from the Variables' text, refusing more than one slot on the embedded metastore."""
+def pool_slots(slots_text: str | None, spark_conf_text: str | None, master: str) -> int:
+    """The pool's size from the Variables' text, refusing more than one slot where spark-submitted jobs (a master
+    other than ``local``) would share the embedded metastore."""
     try:
         slots = int(slots_text or 1)
     except ValueError as err:
@@ -38,11 +43,11 @@ def pool_slots(slots_text: str | None, spark_conf_text: str | None) -> int:
         shared = METASTORE_URL in parse_spark_conf(spark_conf_text)
     except ValueError as err:
         raise SystemExit(str(err)) from err
-    if slots > 1 and not shared:
+    if slots > 1 and not shared and not master.startswith("local"):
         raise SystemExit(
-            f"Variable featurehouse_spark_slots={slots}, but the jobs use the embedded Derby metastore, which admits "
-            f"one Spark application at a time; set featurehouse_spark_conf to a shared metastore ({METASTORE_URL}) "
-            "first, or keep 1 slot"
+            f"Variable featurehouse_spark_slots={slots}, but the jobs are spark-submitted to {master} and use the "
+            "embedded Derby metastore, which admits one Spark application at a time; set featurehouse_spark_conf to "
+            f"a shared metastore ({METASTORE_URL}) first, or keep 1 slot"
         )
     return slots
 
@@ -53,15 +58,13 @@ def main() -> int:
     from airflow.models.variable import Variable
     from airflow.utils.session import create_session
 
-    slots = pool_slots(
-        Variable.get("featurehouse_spark_slots", default_var=None), Variable.get("featurehouse_spark_conf", default_var=None)
-    )
-    Pool.create_or_update_pool(
-        SPARK_POOL, slots, "featurehouse Spark jobs: one per slot (1 on the embedded metastore)", include_deferred=False
-    )
-    print(f"pool {SPARK_POOL}: {slots} slot(s)")
     with create_session() as session:
         existing = session.query(Connection).filter(Connection.conn_id == SPARK_CONN_ID).one_or_none()
+        slots = pool_slots(Variable.get("featurehouse_spark_slots", default_var=None),
+                           Variable.get("featurehouse_spark_conf", default_var=None),
+                           existing.host if existing is not None else "local[*]")  # fmt: skip
+        Pool.create_or_update_pool(SPARK_POOL, slots, "featurehouse Spark jobs: one per slot", include_deferred=False)
+        print(f"pool {SPARK_POOL}: {slots} slot(s)")
         if existing is None:
             session.add(Connection(conn_id=SPARK_CONN_ID, conn_type="spark", host="local[*]",
                                    description="Spark master of the featurehouse jobs"))  # fmt: skip
