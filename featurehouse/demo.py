@@ -19,8 +19,8 @@
    recorded in the catalog with its bytes, samples/s and stall fraction;
 6. stream the same landing zone through ``featurehouse stream`` (files, available-now) into
    ``featurehouse.<dataset>_stream`` and compare its last closed day with the batch partition
-   (``featurehouse/demo_stream.py``; on the engine the stream is a process of its own beside it, and
-   publishes its closed days on the engine);
+   (``featurehouse/demo_stream.py``, in the demo's own session: on the engine, its micro-batches run in
+   the engine's Python worker);
 7. print each step's summary and the answers to SQL questions over the table and the catalog.
 """
 

@@ -283,6 +283,64 @@ def test_the_spark_pool_widens_on_the_engine_or_a_shared_metastore(airflow):
     assert pool_slots("3", shared, "spark://master:7077") == 3
 
 
+def test_backfill_dag_fills_a_derived_feature_and_refuses_a_reversed_range(airflow, warehouse, spark):
+    """The feature branch runs ``etl/maintenance/backfill.py`` (the ds was written with the feature, so nothing changes) and
+    skips the re-join branch; a reversed range fails in ``plan``, before any Spark."""
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'warehouse' / 'featurehouse.db' / 'ads'}` LIMIT 1").first().version
+    conf = {"dataset": "ads", "feature": "item_ctr_7d_log", "start": DS, "end": DS}
+    done = airflow.cli("dags", "test", "featurehouse_backfill", "--conf", json.dumps(conf), timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    states = {task: state for task, (state, _) in airflow.states("featurehouse_backfill").items()}
+    assert states["backfill_feature"] == "success"
+    assert {states[t] for t in ("join_args", "label_join")} == {"skipped"}
+    assert "0 partitions written, 1 already filled" in done.stdout + done.stderr
+    after = spark.sql(f"DESCRIBE HISTORY delta.`{warehouse / 'warehouse' / 'featurehouse.db' / 'ads'}` LIMIT 1").first().version
+    assert after == version  # nothing committed
+
+    reversed_range = {"dataset": "ads", "start": "2026-11-05", "end": DS}
+    done = airflow.cli("dags", "test", "featurehouse_backfill", "--conf", json.dumps(reversed_range), timeout=300)
+    assert "featurehouse_backfill.plan for ds" in done.stdout + done.stderr
+    assert f"end {DS} is before start 2026-11-05; give the range in order" in done.stdout + done.stderr
+    states = {task: state for task, (state, _) in airflow.states("featurehouse_backfill").items()}
+    assert states["plan"] == "failed" and states["backfill_feature"] == "upstream_failed"
+
+
+@contextmanager
+def services(airflow: Airflow) -> Iterator[None]:
+    """An API server (the tasks' Execution API) and a scheduler with the LocalExecutor, stopped on exit."""
+    logs = [(airflow.home / f"{name}.log").open("w") for name in ("api-server", "scheduler")]
+    port = airflow.env["AIRFLOW__API__PORT"]
+    procs = [airflow.popen("api-server", "--port", port, stdout=logs[0], stderr=subprocess.STDOUT)]
+    try:
+        # The scheduler starts only once the Execution API answers: a task whose first call times out while the
+        # server is still starting fails its first try (seen on a slower machine: httpx.ReadTimeout, then a retry).
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/execution/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if procs[0].poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the API server did not answer on port {port}: "
+                            f"{(airflow.home / 'api-server.log').read_text()[-3000:]}")  # fmt: skip
+            time.sleep(1)
+        procs.append(airflow.popen("scheduler", stdout=logs[1], stderr=subprocess.STDOUT))
+        yield
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for log in logs:
+            log.close()
+
+
 @pytest.mark.timeout(1500)  # the deadline below, plus the deployment's set-up
 def test_scheduled_daily_stream_and_retention_share_the_engine(tmp_path, warehouse, published, spark):
     """A real scheduler: the catchup run of the daily DAG, the hourly stream and the daily retention all start
