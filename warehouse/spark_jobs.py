@@ -11,6 +11,7 @@ table's history) are described by Delta ("Delta: ..."), so they show as Delta's.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
@@ -63,6 +64,18 @@ class RunJobs:
 
 #: The runtime setting through which an engine client knows its engine's UI (``warehouse.engine.client``).
 ENGINE_UI = "featurehouse.engine.ui"
+#: What Spark Connect makes a job's description: the session and the request's plan as protobuf text, cut short.
+_CONNECT_REQUEST = re.compile(r"Spark Connect - session_id: .*?(\.\.\.|$)", re.S)
+
+
+#: A job's call site on an engine: the engine does not know the client's Python lines (its jobs' names and
+#: descriptions are the Connect request's protobuf text).
+ENGINE_CALL_SITE = "a request of this client (call sites: --engine off)"
+
+
+def _engine_step(description: str) -> str:
+    """What a job's description on an engine says beyond the Connect request (Delta's step, say), on one line."""
+    return " ".join(_CONNECT_REQUEST.sub("", description).split()).replace("Delta: :", "Delta:").strip(": ")
 
 
 class TaggedJobs:
@@ -84,8 +97,8 @@ class TaggedJobs:
         return len(self._jobs())
 
     def listed(self) -> list[SparkJob]:
-        return [SparkJob(j["jobId"], j.get("description", ""), j.get("name", ""), len(j.get("stageIds", [])))
-                for j in sorted(self._jobs(), key=lambda j: j["jobId"])]  # fmt: skip
+        return [SparkJob(j["jobId"], _engine_step(j.get("description", "")), ENGINE_CALL_SITE,
+                         len(j.get("stageIds", []))) for j in sorted(self._jobs(), key=lambda j: j["jobId"])]  # fmt: skip
 
 
 @contextmanager
