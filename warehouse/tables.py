@@ -87,9 +87,14 @@ def current_version(spark: SparkSession, table: str) -> int:
 
 
 def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
-    """``table``'s Delta properties (``DESCRIBE DETAIL``: Delta through SQL works in a classic session and on an
-    engine alike, where Delta's Python ``DeltaTable`` needs a server plugin the engine does not have)."""
-    return dict(spark.sql(f"DESCRIBE DETAIL {table}").first()["properties"] or {})
+    """``table``'s Delta properties, with its protocol's (``delta.minReaderVersion``, ``delta.feature.*``).
+
+    ``SHOW TBLPROPERTIES``: Delta through SQL works in a classic session and on an engine alike (Delta's Python
+    ``DeltaTable`` needs a server plugin the engine does not have). Not ``DESCRIBE DETAIL``, which computes the
+    snapshot's state for its file count and size: 0.8-1.6 s and three Spark jobs on a table that changed since it
+    was last read, against 0.07 s (measured on the engine, 2026-12-06).
+    """
+    return {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
 
 
 def create_delta_sql(target: str, schema: StructType, *, partitioned_by: Sequence[str] = (),
