@@ -177,7 +177,8 @@ def test_concurrent_label_joins_on_the_engine_both_succeed_and_never_duplicate_r
 
 
 def test_an_interrupted_client_stops_its_operations_and_publishes_whole_or_nothing(home):
-    """Reruns of a day the concurrent joins published: SIGTERM at the gate, SIGINT mid-publish."""
+    """Reruns of a day the concurrent joins published: SIGTERM at the gate, SIGINT mid-publish, and SIGKILL
+    mid-publish (the engine closes the dead client's session, which interrupts what it left running)."""
     join = [FEATUREHOUSE, "label-join", "--dataset", "ads", "--ds", "2026-11-01", "--home", str(home)]
     files = EngineFiles(home)
 
@@ -185,7 +186,8 @@ def test_an_interrupted_client_stops_its_operations_and_publishes_whole_or_nothi
         return json.loads(sql(home, "DESCRIBE HISTORY featurehouse.ads LIMIT 1").stdout)[0]["version"]
 
     published = version()
-    for signum, at in ((signal.SIGTERM, "validating the partition"), (signal.SIGINT, "publishing into")):
+    for signum, at in ((signal.SIGTERM, "validating the partition"), (signal.SIGINT, "publishing into"),
+                       (signal.SIGKILL, "publishing into")):
         client = subprocess.Popen(join, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         lines = []
         for line in client.stderr:  # the join's progress lines, until the step to interrupt
@@ -194,11 +196,15 @@ def test_an_interrupted_client_stops_its_operations_and_publishes_whole_or_nothi
                 client.send_signal(signum)
                 break
         err = "".join(lines) + client.stderr.read()
-        assert client.wait(timeout=120) == 130, err[-3000:]
-        assert "interrupted: stopping this command's operations on the engine" in err and "error: interrupted" in err
-        time.sleep(2)  # a heartbeat
-        beat = read_json(files.heartbeat)
-        assert beat["operations"] == 0 and beat["jobs"] == 0, beat  # nothing of the client runs on
+        if signum == signal.SIGKILL:
+            assert client.wait(timeout=120) == -signal.SIGKILL, err[-3000:]
+        else:
+            assert client.wait(timeout=120) == 130, err[-3000:]
+            assert "interrupted: stopping this command's operations on the engine" in err and "error: interrupted" in err
+        deadline = time.monotonic() + 20  # a heartbeat or two; a dead client's session is closed by the engine
+        while (beat := read_json(files.heartbeat))["operations"] or beat["jobs"] or beat["sessions"]:
+            assert time.monotonic() < deadline, beat  # something of the client runs on
+            time.sleep(0.5)
         now = version()
         assert now in (published, published + 1), (signum, published, now)
         rows = json.loads(sql(home, "SELECT count(*) AS n, count(DISTINCT impression_id) AS ids FROM featurehouse.ads "
