@@ -13,8 +13,17 @@ KAFKA  := .jvm/.kafka-resolved
 S3     := .jvm/.s3-resolved
 CDS    := .jvm/.cds-made
 PETASTORM := .venv-petastorm/.installed
+# TorchRec and FBGEMM, pinned together with torch (pyproject.toml): FBGEMM 1.9 is built for torch 2.14.
+# The CPU build (fbgemm-gpu-cpu) where no NVIDIA driver answers, the CUDA build (fbgemm-gpu) where one does;
+# both install the module fbgemm_gpu. torchrec goes in with --no-deps: its only FBGEMM requirement is the CUDA
+# build, which would overwrite the CPU one and fail to load without the driver (its other requirements are in
+# pyproject.toml). So `pip check` reports exactly PIP_CHECK_EXPECTED on a CPU host, and install fails on any
+# other line. To move to FBGEMM 1.10: see the README, "Moving the TorchRec pins".
+FBGEMM_VERSION   := 1.9.0
+TORCHREC_VERSION := 1.9.2
+PIP_CHECK_EXPECTED := torchrec $(TORCHREC_VERSION) requires fbgemm-gpu, which is not installed.
 
-.PHONY: demo test bench bench-quick install jars s3-jars postgres clean
+.PHONY: demo test bench bench-quick install jars s3-jars postgres clean pip-check
 
 demo: install
 	$(VENV)/bin/featurehouse demo
@@ -43,7 +52,18 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e '.[dev,airflow,dpp,bench]'
+	if nvidia-smi -L >/dev/null 2>&1; then fbgemm=fbgemm-gpu; else fbgemm=fbgemm-gpu-cpu; fi; \
+		$(VENV)/bin/python -m pip install --quiet "$$fbgemm==$(FBGEMM_VERSION)"
+	$(VENV)/bin/python -m pip install --quiet --no-deps "torchrec==$(TORCHREC_VERSION)"
+	$(MAKE) --no-print-directory pip-check
 	touch $@
+
+# pip's own consistency check, less the one line the --no-deps install of torchrec makes on a CPU host.
+pip-check:
+	@found="$$($(VENV)/bin/python -m pip check 2>&1)"; \
+	rest="$$(printf '%s\n' "$$found" | grep -v -x -F -e '$(PIP_CHECK_EXPECTED)' -e 'No broken requirements found.')"; \
+	if [ -n "$$rest" ]; then printf 'pip check found conflicts:\n%s\n' "$$rest" >&2; exit 1; fi; \
+	printf 'pip check: %s\n' "$$found"
 
 # Delta's and Spark's Kafka connector's JVM packages from Maven Central (jvm/pom.xml), resolved once into .jvm/jars.
 $(JARS): jvm/pom.xml jvm/sync_jars.sh $(STAMP)

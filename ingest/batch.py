@@ -95,9 +95,10 @@ def _jagged_tensor_module():
         from torchrec.sparse import jagged_tensor
     except ImportError as err:
         raise ConfigError(
-            "torchrec is not installed; pip install torchrec (the build matching your torch) to use "
-            "Batch.to_kjt() and to_keyed_tensor(), or use batch.values, batch.lengths, batch.offsets and batch.dense "
-            "directly"
+            "torchrec is not installed; `make install` installs it with FBGEMM, pinned with torch (the Makefile's "
+            "FBGEMM_VERSION and TORCHREC_VERSION; pip install --no-deps torchrec and fbgemm-gpu-cpu of those versions "
+            "elsewhere) to use Batch.to_kjt() and to_keyed_tensor(), or use batch.values, batch.lengths, "
+            "batch.offsets and batch.dense directly"
         ) from err
     return jagged_tensor
 

@@ -140,24 +140,17 @@ def test_pin_memory_and_to_cuda():
 def test_to_kjt_without_torchrec_says_how_to_install(monkeypatch):
     for name in ("torchrec", "torchrec.sparse", "torchrec.sparse.jagged_tensor"):
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(ConfigError, match=r"^torchrec is not installed; pip install torchrec") as info:
+    with pytest.raises(ConfigError, match=r"^torchrec is not installed; `make install` installs it") as info:
         docstring_batch().to_kjt()
     assert isinstance(info.value.__cause__, ImportError)
 
 
-#: Why the TorchRec test cannot run here, as found on 2026-12-01: torchrec 1.9.2 imports fbgemm_gpu, and the
-#: newest fbgemm-gpu-cpu on PyPI (1.9.0) does not load with this project's torch 2.15.0.
-TORCHREC_BLOCKER = ("torchrec 1.9.2 needs fbgemm_gpu, and fbgemm-gpu-cpu 1.9.0 (the newest on PyPI) fails to load "
-                    "with torch 2.15.0: undefined symbol _ZN3c1015report_overflowEPKc")  # fmt: skip
-
-
 def real_torchrec():
-    """torchrec's jagged_tensor and EmbeddingBagCollection modules, or a skip naming what failed."""
-    try:
-        from torchrec.modules import embedding_configs, embedding_modules
-        from torchrec.sparse import jagged_tensor
-    except (ImportError, OSError) as err:  # fbgemm_gpu raises OSError when its build does not match torch
-        pytest.skip(f"torchrec is not usable here ({type(err).__name__}: {str(err)[:160]}); {TORCHREC_BLOCKER}")
+    """torchrec's jagged_tensor and EmbeddingBagCollection modules: `make install` installs them with FBGEMM, pinned
+    with torch (the Makefile's FBGEMM_VERSION and TORCHREC_VERSION), so this never skips."""
+    from torchrec.modules import embedding_configs, embedding_modules
+    from torchrec.sparse import jagged_tensor
+
     return jagged_tensor, embedding_configs, embedding_modules
 
 
