@@ -71,18 +71,36 @@ class FeatureSpec(_Frozen):
     name: SafeName
     transforms: tuple[Any, ...] = ()
     embedding_rows: int | None = Field(default=None, gt=0)  # a sparse feature's table size, if not its hash's
+    pooling: Literal["sum", "mean"] | None = None  # a sparse feature's pooling, if not the model's
 
 
 _LayerSize = Annotated[int, Field(gt=0)]  # a refused size reads "model.top_mlp.1: Input should be greater than 0"
 
 
 class ModelSpec(_Frozen):
-    """DLRM's sizes: the bottom MLP's hidden layers (it ends in ``embedding_dim``), the top MLP's hidden layers
-    (it ends in one logit per label)."""
+    """DLRM's sizes and shape: the bottom MLP's hidden layers (it ends in ``embedding_dim``), the top MLP's hidden
+    layers (at least one; it ends in one logit per label), how each table pools its ids (a feature's own
+    ``pooling`` overrides it) and how the embeddings meet: ``dot`` (DLRM's pairwise dot products) or ``dcn``
+    (DLRM_DCN's low-rank cross network of ``dcn_layers`` layers of rank ``dcn_low_rank``).
+
+    One ``embedding_dim`` for every table: both interactions take dot products or cross terms across tables,
+    and TorchRec's ``DLRM`` refuses tables of different dimensions.
+    """
 
     embedding_dim: int = Field(default=16, gt=0)
     bottom_mlp: tuple[_LayerSize, ...] = (64, 32)
-    top_mlp: tuple[_LayerSize, ...] = (64, 32)
+    top_mlp: tuple[_LayerSize, ...] = Field(default=(64, 32), min_length=1)
+    pooling: Literal["sum", "mean"] = "sum"
+    interaction: Literal["dot", "dcn"] = "dot"
+    dcn_layers: int | None = Field(default=None, gt=0)  # with interaction: dcn; default 3
+    dcn_low_rank: int | None = Field(default=None, gt=0)  # with interaction: dcn; default 64
+
+    @model_validator(mode="after")
+    def _dcn_fields(self) -> ModelSpec:
+        given = [name for name in ("dcn_layers", "dcn_low_rank") if getattr(self, name) is not None]
+        if given and self.interaction != "dcn":
+            raise ValueError(f"{' and '.join(given)} apply to interaction: dcn only; add interaction: dcn or drop them")
+        return self
 
 
 class TrainSpec(_Frozen):

@@ -13,7 +13,7 @@ import torch
 from ingest.spec import JobSpec
 from schemas.progress import Progress
 from trainer.checkpoint import Checkpoint
-from trainer.model import DLRM
+from trainer.feed import DeviceFeed
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Training:
     keeps them. ``stopped`` says ``max_steps`` ended it before the last epoch."""
 
     spec: JobSpec
-    model: DLRM
+    model: torch.nn.Module  # trainer/models.py: TorchRec's DLRM or the pure-torch one
     optimizer: torch.optim.Optimizer
     loader: Any  # ResumableLoader or DppLoader
     checkpoint: Checkpoint
@@ -66,6 +66,7 @@ class Training:
     resumed_from_step: int = 0
     stopped: bool = False
     trained: torch.nn.Module | None = None  # the model until distribute() wraps it
+    feed: DeviceFeed | None = None  # the epoch's batches on the device; its position is the checkpoint's
 
     def __post_init__(self) -> None:
         if self.trained is None:
@@ -85,10 +86,11 @@ class Training:
     def distribute(self, world_size: int) -> None:
         """Wrap the model for data parallel steps under torchrun (after resuming: the wrapper starts every rank
         from rank 0's weights)."""
-        self.trained = torch.nn.parallel.DistributedDataParallel(self.model) if world_size > 1 else self.model
+        if world_size > 1 and getattr(self.model, "implementation", "") != "torchrec-sharded":
+            self.trained = torch.nn.parallel.DistributedDataParallel(self.model)  # sharded: DMP wrapped its own
 
     def save(self) -> None:
-        self.checkpoint.save(model=self.model, optimizer=self.optimizer, loader=self.loader,
+        self.checkpoint.save(model=self.model, optimizer=self.optimizer, loader=self.feed or self.loader,
                              clock=vars(self.clock).copy(), epochs=self.history)  # fmt: skip
 
     def train(self) -> None:
@@ -108,13 +110,13 @@ class Training:
         and, stopping there, at ``max_steps``. Returns the epoch's clock and losses."""
         every = self.spec.train.checkpoint_every
         epoch, losses = StepClock(), []
-        batches = iter(self.loader)
+        self.feed = DeviceFeed(self.loader, self.device)
+        batches = iter(self.feed)
         while True:
             waited = time.perf_counter()
             batch = next(batches, None)
             if batch is None:
                 return epoch, losses
-            batch = batch.to(self.device, non_blocking=True)
             began = time.perf_counter()
             if self.check_ids:
                 self.model.check_ids(batch)

@@ -1,10 +1,15 @@
-"""DLRM (Naumov et al., 2019) over the reader's :class:`~ingest.batch.Batch`.
+"""DLRM (Naumov et al., 2019) over the reader's :class:`~ingest.batch.Batch`: its shape from the job spec, and
+the pure-torch implementation (``trainer/torchrec_model.py`` holds TorchRec's; ``trainer/models.py`` picks one).
 
     dense float32[B, D] --bottom MLP--> x0 [B, d]
-    sparse key k (values, offsets) --EmbeddingBag k (sum)--> e_k [B, d]          k = 1..K
-    T = [x0, e_1, ..., e_K]  [B, K+1, d];  Z = T T^T;  z = Z[i < j]  [B, (K+1)K/2]  (pairwise dots)
-    [x0, z] --top MLP--> one logit per label type  [B, L]
+    sparse key k (values, offsets) --EmbeddingBag k (sum or mean)--> e_k [B, d]    k = 1..K
+    T = [x0, e_1, ..., e_K]  [B, K+1, d]
+    dot: Z = T T^T;  z = Z[i < j]  [B, (K+1)K/2] (pairwise dots);  [x0, z] --top MLP--> logits [B, L]
+    dcn: x = T flattened [B, (K+1)d];  x_{l+1} = x * (W_l V_l x_l + b_l) + x_l, l < dcn_layers  --top MLP-->
 
+The layers are TorchRec's ``DLRM`` and ``DLRM_DCN`` (its ``DenseArch``, ``InteractionArch``,
+``InteractionDCNArch`` with ``LowRankCrossNet``, ``OverArch``) in the same order, so the two implementations
+compute the same function and train to the same loss from the same weights (tests/trainer/test_torchrec.py).
 Every size comes from the job spec (``model:``; a table's rows from the feature's ``hash`` or its
 ``embedding_rows``), never from strings to parse.
 """
@@ -23,6 +28,7 @@ from ingest.transforms import Hash, parse_transforms
 from schemas.errors import ConfigError
 from schemas.registry import DatasetRegistry, Kind
 
+DCN_LAYERS, DCN_LOW_RANK = 3, 64  # interaction: dcn without dcn_layers / dcn_low_rank
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -34,9 +40,18 @@ class ModelShape:
     bottom_mlp: tuple[int, ...]
     top_mlp: tuple[int, ...]
     check_ids: bool = False  # some table is sized by embedding_rows, not by a hash: ids must be checked
-    #: Embedding gradients as sparse tensors (only the rows a batch touched), as the DLRM reference trains:
-    #: a step then costs the batch's rows, not the tables' (Criteo's reference tables hold 33.8M rows).
+    #: Embedding updates that touch only the rows a batch used, as the DLRM reference trains: a step then costs
+    #: the batch's rows, not the tables' (Criteo's reference tables hold 33.8M rows). Pure torch: sparse
+    #: gradients; TorchRec: FBGEMM's optimizer fused into the backward pass.
     sparse_gradients: bool = False
+    pooling: tuple[str, ...] = ()  # per sparse key, "sum" or "mean"; () means sum for all
+    weighted: bool = False  # some key is weighted_sparse: batches carry per-id weights
+    interaction: str = "dot"  # or "dcn"
+    dcn_layers: int = 0
+    dcn_low_rank: int = 0
+
+    def pooling_of(self, k: int) -> str:
+        return self.pooling[k] if self.pooling else "sum"
 
 
 def model_shape(spec: JobSpec, registry: DatasetRegistry) -> ModelShape:
@@ -44,10 +59,14 @@ def model_shape(spec: JobSpec, registry: DatasetRegistry) -> ModelShape:
     if spec.model is None:
         raise ConfigError(f"{spec.source}: no model: section; add e.g. model: {{embedding_dim: 16, "
                           "bottom_mlp: [64, 32], top_mlp: [64, 32]}")  # fmt: skip
-    dense, sparse, rows, unhashed = [], [], [], False
+    m = spec.model
+    dense, sparse, rows, pooling, unhashed, weighted = [], [], [], [], False, False
     for wanted in spec.features:
         feature = registry.by_name[wanted.name]
         if feature.kind is Kind.DENSE:
+            if wanted.pooling is not None:
+                raise ConfigError(f"{spec.source}: feature {feature.name!r} is dense; pooling applies to sparse "
+                                  "features only; drop it")  # fmt: skip
             dense.append(feature.name)
             continue
         hashes = [t for t in parse_transforms(feature, wanted.transforms, source=spec.source) if isinstance(t, Hash)]
@@ -59,13 +78,24 @@ def model_shape(spec: JobSpec, registry: DatasetRegistry) -> ModelShape:
             )
         sparse.append(feature.name)
         rows.append(size)
+        pooling.append(wanted.pooling or m.pooling)
         unhashed = unhashed or not hashes
+        weighted = weighted or feature.kind is Kind.WEIGHTED_SPARSE
     if not dense or not sparse:
         raise ConfigError(f"{spec.source}: DLRM needs at least one dense and one sparse feature; the job has "
                           f"{len(dense)} dense and {len(sparse)} sparse")  # fmt: skip
-    m = spec.model
+    means = [name for name, pooled in zip(sparse, pooling, strict=True) if pooled == "mean"]
+    if weighted and means:
+        heavy = next(w.name for w in spec.features if registry.by_name[w.name].kind is Kind.WEIGHTED_SPARSE)
+        raise ConfigError(f"{spec.source}: {', '.join(repr(n) for n in means)} pool by mean in a job with weighted "
+                          f"features ({heavy!r}); per-id weights reach every table and need pooling: sum (torch's "
+                          "EmbeddingBag and TorchRec's EmbeddingBagCollection take them with sum only); set "
+                          "pooling: sum")  # fmt: skip
+    dcn = m.interaction == "dcn"
     return ModelShape(tuple(dense), tuple(sparse), tuple(rows), spec.labels, m.embedding_dim, m.bottom_mlp,
-                      m.top_mlp, unhashed)  # fmt: skip
+                      m.top_mlp, unhashed, pooling=tuple(pooling), weighted=weighted, interaction=m.interaction,
+                      dcn_layers=(m.dcn_layers or DCN_LAYERS) if dcn else 0,
+                      dcn_low_rank=(m.dcn_low_rank or DCN_LOW_RANK) if dcn else 0)  # fmt: skip
 
 
 def _mlp(sizes: Sequence[int], *, last_activation: bool) -> nn.Sequential:
@@ -77,29 +107,76 @@ def _mlp(sizes: Sequence[int], *, last_activation: bool) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+class LowRankCrossNet(nn.Module):
+    """DCN-v2's low-rank cross layers, as TorchRec's ``LowRankCrossNet``: x_{l+1} = x_0 * (W_l (V_l x_l) + b_l) + x_l."""
+
+    def __init__(self, in_features: int, *, layers: int, low_rank: int) -> None:
+        super().__init__()
+        self.W_kernels = nn.ParameterList(nn.Parameter(nn.init.xavier_normal_(torch.empty(in_features, low_rank)))
+                                          for _ in range(layers))  # fmt: skip
+        self.V_kernels = nn.ParameterList(nn.Parameter(nn.init.xavier_normal_(torch.empty(low_rank, in_features)))
+                                          for _ in range(layers))  # fmt: skip
+        self.bias = nn.ParameterList(nn.Parameter(torch.zeros(in_features)) for _ in range(layers))
+
+    def forward(self, x0: torch.Tensor) -> torch.Tensor:
+        x = x0
+        for w, v, b in zip(self.W_kernels, self.V_kernels, self.bias, strict=True):
+            x = x0 * (nn.functional.linear(nn.functional.linear(x, v), w) + b) + x
+        return x
+
+
+def check_batch_keys(shape: ModelShape, batch: Batch) -> None:
+    if batch.sparse_keys != shape.sparse_keys or batch.dense_keys != shape.dense_keys:
+        raise ConfigError(f"batch keys {batch.dense_keys} / {batch.sparse_keys} are not the model's "
+                          f"{shape.dense_keys} / {shape.sparse_keys}; read with the model's job spec")  # fmt: skip
+
+
+def check_ids(shape: ModelShape, batch: Batch) -> None:
+    """Refuse ids outside their table (only a feature without ``hash`` can have them), naming the feature."""
+    offsets = batch.offsets
+    rows = len(batch)
+    for k, (name, size) in enumerate(zip(shape.sparse_keys, shape.table_rows, strict=True)):
+        ids = batch.values[offsets[k * rows] : offsets[(k + 1) * rows]]
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= size):
+            raise ConfigError(
+                f"sparse feature {name!r} has ids in [{int(ids.min())}, {int(ids.max())}] but its table has "
+                f"{size} rows; give it a {{hash: {size}}} transform or a larger embedding_rows"
+            )
+
+
 class DLRM(nn.Module):
-    """Bottom MLP, one sum-pooled EmbeddingBag per sparse key, pairwise dot interaction, top MLP."""
+    """The pure-torch DLRM: bottom MLP, one EmbeddingBag per sparse key, dot or DCN interaction, top MLP."""
+
+    implementation = "torch"
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__()
         self.shape = shape
         d = shape.embedding_dim
         self.bottom = _mlp([len(shape.dense_keys), *shape.bottom_mlp, d], last_activation=True)
-        self.embeddings = nn.ModuleList(nn.EmbeddingBag(rows, d, mode="sum", sparse=shape.sparse_gradients)
-                                        for rows in shape.table_rows)
+        self.embeddings = nn.ModuleList(nn.EmbeddingBag(rows, d, mode=shape.pooling_of(k), sparse=shape.sparse_gradients)
+                                        for k, rows in enumerate(shape.table_rows))  # fmt: skip
         for bag in self.embeddings:  # as the DLRM reference does: torch's N(0, 1) makes sums of many ids explode
             bound = (1.0 / bag.num_embeddings) ** 0.5
             nn.init.uniform_(bag.weight, -bound, bound)
         features = len(shape.sparse_keys) + 1
-        self.top = _mlp([d + features * (features - 1) // 2, *shape.top_mlp, len(shape.labels)], last_activation=False)
+        if shape.interaction == "dcn":
+            self.crossnet = LowRankCrossNet(features * d, layers=shape.dcn_layers, low_rank=shape.dcn_low_rank)
+            top_in = features * d
+        else:
+            self.crossnet = None
+            top_in = d + features * (features - 1) // 2
+        self.top = _mlp([top_in, *shape.top_mlp, len(shape.labels)], last_activation=False)
         pairs = torch.triu_indices(features, features, offset=1)
         self.register_buffer("_pairs", pairs, persistent=False)
 
+    def embedding_tables(self) -> dict[str, torch.Tensor]:
+        """Each sparse key's table (rows x embedding_dim), by key."""
+        return {key: bag.weight for key, bag in zip(self.shape.sparse_keys, self.embeddings, strict=True)}
+
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits float32[B, L], one column per label type."""
-        if batch.sparse_keys != self.shape.sparse_keys or batch.dense_keys != self.shape.dense_keys:
-            raise ConfigError(f"batch keys {batch.dense_keys} / {batch.sparse_keys} are not the model's "
-                              f"{self.shape.dense_keys} / {self.shape.sparse_keys}; read with the model's job spec")  # fmt: skip
+        check_batch_keys(self.shape, batch)
         rows = len(batch)
         x = self.bottom(batch.dense)
         offsets = batch.offsets
@@ -110,17 +187,10 @@ class DLRM(nn.Module):
             weights = None if batch.weights is None else batch.weights[start:stop]
             pooled.append(bag(ids, offsets[k * rows : (k + 1) * rows] - start, per_sample_weights=weights))
         t = torch.stack(pooled, dim=1)  # [B, K+1, d]
+        if self.crossnet is not None:
+            return self.top(self.crossnet(t.reshape(rows, -1)))
         z = torch.bmm(t, t.transpose(1, 2))[:, self._pairs[0], self._pairs[1]]
         return self.top(torch.cat([x, z], dim=1))
 
     def check_ids(self, batch: Batch) -> None:
-        """Refuse ids outside their table (only a feature without ``hash`` can have them), naming the feature."""
-        offsets = batch.offsets
-        rows = len(batch)
-        for k, (name, size) in enumerate(zip(self.shape.sparse_keys, self.shape.table_rows, strict=True)):
-            ids = batch.values[offsets[k * rows] : offsets[(k + 1) * rows]]
-            if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= size):
-                raise ConfigError(
-                    f"sparse feature {name!r} has ids in [{int(ids.min())}, {int(ids.max())}] but its table has "
-                    f"{size} rows; give it a {{hash: {size}}} transform or a larger embedding_rows"
-                )
+        check_ids(self.shape, batch)

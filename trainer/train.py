@@ -17,7 +17,6 @@ The epoch loop and resuming are ``trainer/loop.py``'s, the checkpoint file ``tra
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -48,10 +47,11 @@ from schemas.exit import run_command
 from schemas.names import format_ds
 from schemas.paths import default_home, warehouse_location
 from schemas.progress import Progress, silent
-from trainer.checkpoint import Checkpoint, save_checkpoint  # noqa: F401 (save_checkpoint: still importable here)
-from trainer.loop import StepClock, Training, train_step  # noqa: F401 (train_step: bench/trainer_stall.py's)
+from trainer.checkpoint import Checkpoint
+from trainer.loop import StepClock, Training
 from trainer.metrics import Metrics, evaluate
-from trainer.model import DLRM, model_shape
+from trainer.model import model_shape
+from trainer.models import IMPLEMENTATIONS, Implementation, build_model
 
 Device = Literal["auto", "cpu", "cuda"]
 
@@ -63,6 +63,8 @@ class TrainConfig(JobConfig):
     workers: int = 0
     prefetch: int = PREFETCH  # batches a thread makes ahead when workers is 0 (0: in the training thread)
     device: Device = "auto"
+    model: Implementation = "auto"  # TorchRec's DLRM where FBGEMM loads, else the pure-torch one
+    shard_embeddings: bool = False  # under torchrun: TorchRec's DistributedModelParallel, each table on one rank
     restart: bool = False
     max_steps: int | None = None  # stop after this many steps (a checkpoint is written first), as a kill would
     record: bool = True
@@ -134,20 +136,6 @@ def pick_device(choice: Device) -> torch.device:
     return torch.device("cpu")
 
 
-#: Optimizers whose step on a sparse gradient equals their step on the same gradient made dense (rows a batch
-#: did not touch have a zero gradient, and neither changes them); Adam's moments would move them.
-SPARSE_OPTIMIZERS = ("sgd", "adagrad")
-
-
-def job_optimizer(spec: JobSpec, model: torch.nn.Module) -> torch.optim.Optimizer:
-    kind, lr = spec.train.optimizer, spec.train.learning_rate
-    if kind == "adam":
-        return torch.optim.Adam(model.parameters(), lr=lr)
-    if kind == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr)
-    return torch.optim.Adagrad(model.parameters(), lr=lr)
-
-
 def _gather(ranks: Ranks, value: Any) -> list[Any]:
     if ranks.world_size == 1:
         return [value]
@@ -163,15 +151,6 @@ def _train_spec(config: TrainConfig) -> tuple[JobSpec, Any]:
         raise ConfigError(f"{spec.source}: no train: section; add e.g. train: {{eval_ds: {{from: ..., to: ...}}, "
                           "epochs: 3}} to train this job")  # fmt: skip
     return spec, registry
-
-
-def _model(spec: JobSpec, shape, ranks: Ranks, device: torch.device) -> DLRM:
-    """The job's DLRM on ``device``, with sparse embedding gradients where the optimizer and ranks allow them."""
-    # one rank only: DistributedDataParallel's NCCL all-reduce takes no sparse gradients
-    sparse = spec.train.optimizer in SPARSE_OPTIMIZERS and ranks.world_size == 1
-    if sparse:  # torch's default, said explicitly: Adagrad's sparse steps otherwise warn about it every run
-        torch.sparse.check_sparse_tensor_invariants.disable()
-    return DLRM(dataclasses.replace(shape, sparse_gradients=sparse)).to(device)
 
 
 def _loader(config: TrainConfig, reader, *, epochs: int, ranks: Ranks, device: torch.device, progress: Progress,
@@ -190,7 +169,7 @@ def _loader(config: TrainConfig, reader, *, epochs: int, ranks: Ranks, device: t
     return loader
 
 
-def _evaluate(spec: JobSpec, registry, model: DLRM, *, warehouse: str, ranks: Ranks, device: torch.device,
+def _evaluate(spec: JobSpec, registry, model: torch.nn.Module, *, warehouse: str, ranks: Ranks, device: torch.device,
               workers: int) -> tuple[dict[str, Metrics], IoCounter]:  # fmt: skip
     eval_spec = spec.model_copy(update={"ds": spec.train.eval_days, "shuffle_buffer": 0, "drop_last": False})
     reader = open_reader(eval_spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
@@ -241,8 +220,11 @@ def run(config: TrainConfig, *, progress: Progress = print) -> TrainResult:
         say = progress if ranks.main else silent
         started_at = dt.datetime.now(dt.UTC)
         torch.manual_seed(spec.seed)
-        model = _model(spec, shape, ranks, device)
-        optimizer = job_optimizer(spec, model)
+        model, optimizer, model_line = build_model(shape, config.model, optimizer=spec.train.optimizer,
+                                                   learning_rate=spec.train.learning_rate,
+                                                   world_size=ranks.world_size, device=device,
+                                                   shard_embeddings=config.shard_embeddings)  # fmt: skip
+        say(model_line)
         reader = open_reader(spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
         loader = _loader(config, reader, epochs=spec.train.epochs, ranks=ranks, device=device, progress=say, stack=stack)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -339,6 +321,12 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
                              "(default %(default)s); 0 makes each in the training thread when it is needed")  # fmt: skip
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="auto: CUDA when present, else the CPU")  # fmt: skip
+    parser.add_argument("--model", choices=IMPLEMENTATIONS, default="auto",
+                        help="auto (default): TorchRec's DLRM where TorchRec and FBGEMM load, else the pure-torch "
+                             "DLRM; torchrec or torch to insist (the choice is printed at start-up)")  # fmt: skip
+    parser.add_argument("--shard-embeddings", action="store_true",
+                        help="under torchrun: model-parallel embeddings, each table on one rank (TorchRec's "
+                             "DistributedModelParallel, table-wise), instead of a replica of every table per rank")  # fmt: skip
     parser.add_argument("--restart", action="store_true", help="ignore an existing checkpoint and start over")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="stop after N steps, leaving a checkpoint the next run resumes")  # fmt: skip
@@ -352,7 +340,8 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     parser.add_argument("--dpp-workers", default="1:2", help="with --dpp: MIN:MAX service workers per rank (default 1:2)")
     ns = parser.parse_args(argv)
     return TrainConfig(job=ns.job, home=(ns.home or default_home()).resolve(), registry_dir=ns.registry_dir,
-                       out=ns.out, workers=ns.workers, prefetch=ns.prefetch, device=ns.device, restart=ns.restart,
+                       out=ns.out, workers=ns.workers, prefetch=ns.prefetch, device=ns.device, model=ns.model,
+                       shard_embeddings=ns.shard_embeddings, restart=ns.restart,
                        max_steps=ns.max_steps, record=not ns.no_record, dpp=ns.dpp, dpp_address=ns.address,
                        dpp_workers=parse_workers(ns.dpp_workers, flag="--dpp-workers"))  # fmt: skip
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -140,6 +141,16 @@ def test_the_model_learns_the_planted_signal_and_the_run_is_recorded(home):
     assert usage["bytes_read"] == train_plan + 3 * train_epoch + eval_plan + eval_epoch
 
 
+def test_the_pure_torch_model_trains_through_the_same_command(home):
+    """The fallback for hosts without FBGEMM, chosen with --model torch and named on the first line."""
+    job(home, "pure", epochs=2)
+    lines: list[str] = []
+    result = run(config(home, "pure", record=False, model="torch"), progress=lines.append)
+    assert lines[0] == "model: pure-torch DLRM (--model torch), sparse gradients"
+    assert result.metrics["click"].auc > 0.7
+    assert torch.load(home / "runs" / "pure" / "checkpoint-rank0-of-1.pt", weights_only=False)["implementation"] == "torch"
+
+
 def final_weights(home: Path, name: str) -> dict[str, torch.Tensor]:
     return torch.load(home / "runs" / name / "checkpoint-rank0-of-1.pt", weights_only=False)["model"]
 
@@ -227,3 +238,43 @@ def test_training_on_cuda_moves_each_batch_once_and_learns(home):
 def test_bad_command_line_numbers_are_refused_naming_the_flag(args, message):
     with pytest.raises(ConfigError, match=message):
         parse_args(["--job", "jobs/ctr_demo.yaml", *args])
+
+
+def torchrun(home: Path, path: Path, out: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "trainer.train",
+         "--job", str(path), "--home", str(home), "--registry-dir", str(home / "registry"), "--device", "cpu",
+         "--no-record", "--out", str(home / "runs" / out), *args],
+        capture_output=True, text=True, timeout=600, cwd=REPO, env=env,
+    )  # fmt: skip
+
+
+def test_model_parallel_embeddings_put_each_table_on_one_rank_and_resume(home):
+    """TorchRec's DistributedModelParallel on gloo: each table on one rank, the two on different ones; a run
+    stopped after 10 steps resumes from each rank's own shards and learns the planted signal."""
+    path = job(home, "sharded", epochs=2)  # Adagrad: its sums are sharded with the tables
+    stopped = torchrun(home, path, "sharded", "--shard-embeddings", "--max-steps", "10")
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    owner = dict(re.findall(r"(\w+_ids) on rank (\d)", stopped.stdout.split("DistributedModelParallel (")[1]))
+    assert "tables sharded table-wise over 2 ranks" in stopped.stdout and sorted(owner.values()) == ["0", "1"]
+    states = [torch.load(home / "runs" / "sharded" / f"checkpoint-rank{r}-of-2.pt", weights_only=False)
+              for r in range(2)]  # fmt: skip
+    rows = {"user_ids": 50, "noise_ids": 1000}
+    for rank, state in enumerate(states):
+        assert state["implementation"] == "torchrec-sharded" and state["clock"]["steps"] == 10
+        tables = {key.split(".")[-2]: value for key, value in state["model"].items() if ".embedding_bags." in key}
+        held = {name: [tuple(shard.shape) for shard in t["local_shards"]] for name, t in tables.items()}
+        assert held == {f"t_{k}": [(rows[k], 8)] if owner[k] == str(rank) else [] for k in rows}, held
+        sums = {key.split(".")[-2]: [tuple(t.shape) for t in value["local_shards"]]
+                for param in state["optimizer"]["fused"]["state"].values() for key, value in param.items()}  # fmt: skip
+        assert sums == {f"t_{k}": [(rows[k], 8)] for k in rows if owner[k] == str(rank)}, sums
+    dense = [{k: v for k, v in s["model"].items() if ".embedding_bags." not in k} for s in states]
+    assert dense[0].keys() == dense[1].keys() and all(torch.equal(dense[0][k], dense[1][k]) for k in dense[0])
+
+    resumed = torchrun(home, path, "sharded", "--shard-embeddings")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming sharded from" in resumed.stdout and "at step 10" in resumed.stdout
+    report = json.loads((home / "runs" / "sharded" / "metrics.json").read_text())
+    assert [r["steps"] for r in report["ranks"]] == [36, 36]  # 2 epochs of 18 steps a rank, 10 of them before
+    assert report["metrics"]["click"]["auc"] > 0.7, report["metrics"]
