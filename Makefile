@@ -23,7 +23,7 @@ FBGEMM_VERSION   := 1.9.0
 TORCHREC_VERSION := 1.9.2
 PIP_CHECK_EXPECTED := torchrec $(TORCHREC_VERSION) requires fbgemm-gpu, which is not installed.
 
-.PHONY: demo test bench bench-quick install jars s3-jars postgres clean pip-check
+.PHONY: demo test bench bench-quick install jars s3-jars postgres clean pip-check gpu-wheels
 
 demo: install
 	$(VENV)/bin/featurehouse demo
@@ -64,6 +64,18 @@ pip-check:
 	rest="$$(printf '%s\n' "$$found" | grep -v -x -F -e '$(PIP_CHECK_EXPECTED)' -e 'No broken requirements found.')"; \
 	if [ -n "$$rest" ]; then printf 'pip check found conflicts:\n%s\n' "$$rest" >&2; exit 1; fi; \
 	printf 'pip check: %s\n' "$$found"
+
+# For bench/gpu_check.sh on a GPU host with its own Python 3.12 and torch but no network: the reader's packages
+# that such an image lacks (not pyarrow, numpy or torch), at the versions installed here, as cp312 wheels in
+# .whl/ (56 MiB; carry it). Ray's wheel (about 70 MB) would not fit beside them in the device tool's 64 MiB.
+GPU_WHEELS := deltalake arro3-core deprecated wrapt pydantic pydantic-core pyyaml annotated-types typing-inspection
+gpu-wheels: $(STAMP)
+	rm -rf .whl && mkdir .whl
+	$(VENV)/bin/python -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		--platform manylinux1_x86_64 -d .whl $$($(VENV)/bin/python -c 'import importlib.metadata as m, sys; \
+		print(" ".join(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' $(GPU_WHEELS))
+	du -sh .whl
 
 # Delta's and Spark's Kafka connector's JVM packages from Maven Central (jvm/pom.xml), resolved once into .jvm/jars.
 $(JARS): jvm/pom.xml jvm/sync_jars.sh $(STAMP)
