@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import math
+
 import torch
 from torch import nn
 
@@ -144,21 +146,66 @@ def check_ids(shape: ModelShape, batch: Batch) -> None:
             )
 
 
+@torch.no_grad()
+def initialize(seed: int, *, bottom: Sequence[nn.Linear], tables: Sequence[torch.Tensor],
+               crossnet: Sequence[Sequence[torch.Tensor]], top: Sequence[nn.Linear]) -> None:  # fmt: skip
+    """A DLRM's initial weights from ``seed`` alone, drawn in this order with a generator of their own, so that
+    both implementations start from the same weights for the same seed, whatever their constructors drew:
+    Linear layers as torch's default (weight and bias uniform in +-1/sqrt(fan_in)), each table uniform in
+    +-sqrt(1/rows) (the DLRM reference's and TorchRec's: torch's N(0, 1), summed over dozens of ids, drowns the
+    dense signal), the cross network's kernels Xavier-normal and its biases zero (TorchRec's LowRankCrossNet).
+    CPU tensors are drawn in place; others on the CPU and copied."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(t: torch.Tensor, fill) -> None:
+        if t.device.type == "cpu":
+            fill(t)
+        else:
+            cpu = torch.empty(t.shape, dtype=t.dtype)
+            fill(cpu)
+            t.copy_(cpu)
+
+    def uniform(t: torch.Tensor, bound: float) -> None:
+        draw(t, lambda x: x.uniform_(-bound, bound, generator=generator))
+
+    def layer(linear: nn.Linear) -> None:
+        bound = 1 / math.sqrt(linear.in_features)
+        uniform(linear.weight, bound)
+        uniform(linear.bias, bound)
+
+    for linear in bottom:
+        layer(linear)
+    for table in tables:
+        uniform(table, math.sqrt(1 / table.shape[0]))
+    w_kernels, v_kernels, biases = crossnet or ((), (), ())
+    for kernel in (*w_kernels, *v_kernels):
+        std = math.sqrt(2 / (kernel.shape[0] + kernel.shape[1]))
+        draw(kernel, lambda x, std=std: x.normal_(0, std, generator=generator))
+    for bias in biases:
+        bias.zero_()
+    for linear in top:
+        layer(linear)
+
+
+def linears(module: nn.Module) -> list[nn.Linear]:
+    return [m for m in module.modules() if isinstance(m, nn.Linear)]
+
+
 class DLRM(nn.Module):
     """The pure-torch DLRM: bottom MLP, one EmbeddingBag per sparse key, dot or DCN interaction, top MLP."""
 
     implementation = "torch"
 
-    def __init__(self, shape: ModelShape) -> None:
+    def __init__(self, shape: ModelShape, *, seed: int | None = None) -> None:
+        """``seed``: the initial weights' (see :func:`initialize`); None draws one from torch's global generator."""
         super().__init__()
         self.shape = shape
         d = shape.embedding_dim
         self.bottom = _mlp([len(shape.dense_keys), *shape.bottom_mlp, d], last_activation=True)
-        self.embeddings = nn.ModuleList(nn.EmbeddingBag(rows, d, mode=shape.pooling_of(k), sparse=shape.sparse_gradients)
-                                        for k, rows in enumerate(shape.table_rows))  # fmt: skip
-        for bag in self.embeddings:  # as the DLRM reference does: torch's N(0, 1) makes sums of many ids explode
-            bound = (1.0 / bag.num_embeddings) ** 0.5
-            nn.init.uniform_(bag.weight, -bound, bound)
+        self.embeddings = nn.ModuleList(  # _weight: no N(0, 1) draw of every table that initialize() replaces
+            nn.EmbeddingBag(rows, d, mode=shape.pooling_of(k), sparse=shape.sparse_gradients,
+                            _weight=torch.empty(rows, d))
+            for k, rows in enumerate(shape.table_rows))  # fmt: skip
         features = len(shape.sparse_keys) + 1
         if shape.interaction == "dcn":
             self.crossnet = LowRankCrossNet(features * d, layers=shape.dcn_layers, low_rank=shape.dcn_low_rank)
@@ -169,6 +216,9 @@ class DLRM(nn.Module):
         self.top = _mlp([top_in, *shape.top_mlp, len(shape.labels)], last_activation=False)
         pairs = torch.triu_indices(features, features, offset=1)
         self.register_buffer("_pairs", pairs, persistent=False)
+        crossnet = () if self.crossnet is None else (self.crossnet.W_kernels, self.crossnet.V_kernels, self.crossnet.bias)
+        initialize(int(torch.randint(2**62, ())) if seed is None else seed, bottom=linears(self.bottom),
+                   tables=[bag.weight for bag in self.embeddings], crossnet=crossnet, top=linears(self.top))  # fmt: skip
 
     def embedding_tables(self) -> dict[str, torch.Tensor]:
         """Each sparse key's table (rows x embedding_dim), by key."""

@@ -67,11 +67,12 @@ def choose(choice: Implementation) -> tuple[str, str]:
 
 
 def build_model(shape: ModelShape, choice: Implementation, *, optimizer: str, learning_rate: float, world_size: int,
-                device: torch.device, shard_embeddings: bool = False,
+                device: torch.device, seed: int = 0, shard_embeddings: bool = False,
                 ) -> tuple[torch.nn.Module, torch.optim.Optimizer, str]:  # fmt: skip
     """The model on ``device``, its optimizer and the start-up line naming both. Embedding updates are sparse
     (pure torch: sparse gradients; TorchRec: FBGEMM's fused optimizer) with SGD or Adagrad on one rank;
-    DistributedDataParallel's all-reduce takes dense gradients only. ``shard_embeddings`` (under torchrun):
+    DistributedDataParallel's all-reduce takes dense gradients only. Either implementation starts from the same
+    weights for the same ``seed`` (``trainer.model.initialize``). ``shard_embeddings`` (under torchrun):
     TorchRec's DistributedModelParallel, each table on one rank (``trainer/sharded.py``)."""
     if shard_embeddings:
         if choice == "torch":
@@ -88,12 +89,12 @@ def build_model(shape: ModelShape, choice: Implementation, *, optimizer: str, le
     if implementation == "torch":
         if sparse:  # torch's default, said explicitly: Adagrad's sparse steps otherwise warn about it every run
             torch.sparse.check_sparse_tensor_invariants.disable()
-        model = DLRM(shape).to(device)
+        model = DLRM(shape, seed=seed).to(device)
         tables = "sparse gradients" if sparse else "dense gradients"
         return model, make_optimizer(optimizer, learning_rate, model.parameters()), f"model: {why}, {tables}"
     from trainer.torchrec_model import JointOptimizer, TorchRecDLRM, dense_parameters
 
-    model = TorchRecDLRM(shape, fused=(optimizer, learning_rate) if sparse else None, device=device)
+    model = TorchRecDLRM(shape, fused=(optimizer, learning_rate) if sparse else None, seed=seed, device=device)
     if not sparse:
         return model, make_optimizer(optimizer, learning_rate, model.parameters()), f"model: {why}, dense gradients"
     joint = JointOptimizer(make_optimizer(optimizer, learning_rate, dense_parameters(model)),

@@ -23,7 +23,7 @@ from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
 
 from ingest.batch import Batch
 from trainer.model import DLRM as TorchDLRM
-from trainer.model import ModelShape, check_batch_keys, check_ids
+from trainer.model import ModelShape, check_batch_keys, check_ids, initialize, linears
 
 _POOLING = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
 #: The job's optimizer as FBGEMM's fused one, with torch's defaults where FBGEMM's differ (Adagrad's eps).
@@ -36,11 +36,12 @@ def table_name(key: str) -> str:
 
 class TorchRecDLRM(nn.Module):
     """TorchRec's DLRM (``interaction: dcn``: DLRM_DCN) behind the pure-torch model's interface: ``model(batch)``
-    gives logits float32[B, L]. ``fused``: (optimizer name, learning rate) for FBGEMM's fused tables, or None."""
+    gives logits float32[B, L]. ``fused``: (optimizer name, learning rate) for FBGEMM's fused tables, or None.
+    ``seed``: the initial weights, the pure-torch model's for the same seed (``trainer.model.initialize``)."""
 
     implementation = "torchrec"
 
-    def __init__(self, shape: ModelShape, *, fused: tuple[str, float] | None = None,
+    def __init__(self, shape: ModelShape, *, fused: tuple[str, float] | None = None, seed: int | None = None,
                  device: torch.device | None = None, tables_device: torch.device | None = None) -> None:  # fmt: skip
         super().__init__()
         self.shape = shape
@@ -64,6 +65,13 @@ class TorchRecDLRM(nn.Module):
             self.dlrm = DLRM_DCN(ebc, dcn_num_layers=shape.dcn_layers, dcn_low_rank_dim=shape.dcn_low_rank, **sizes)
         else:
             self.dlrm = DLRM(ebc, **sizes)
+        if (tables_device or device).type == "meta":  # tables to be sharded: each shard's owner initializes it
+            return
+        crossnet = self.dlrm.inter_arch.crossnet if shape.interaction == "dcn" else None
+        initialize(int(torch.randint(2**62, ())) if seed is None else seed, bottom=linears(self.dlrm.dense_arch),
+                   tables=list(self.embedding_tables().values()),
+                   crossnet=() if crossnet is None else (crossnet.W_kernels, crossnet.V_kernels, crossnet.bias),
+                   top=linears(self.dlrm.over_arch))  # fmt: skip
 
     @property
     def collection(self) -> EmbeddingBagCollection | FusedEmbeddingBagCollection:

@@ -222,7 +222,7 @@ def run(config: TrainConfig, *, progress: Progress = print) -> TrainResult:
         torch.manual_seed(spec.seed)
         model, optimizer, model_line = build_model(shape, config.model, optimizer=spec.train.optimizer,
                                                    learning_rate=spec.train.learning_rate,
-                                                   world_size=ranks.world_size, device=device,
+                                                   world_size=ranks.world_size, device=device, seed=spec.seed,
                                                    shard_embeddings=config.shard_embeddings)  # fmt: skip
         say(model_line)
         reader = open_reader(spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)

@@ -97,6 +97,21 @@ def test_torchrec_and_pure_torch_train_to_the_same_loss_from_the_same_weights(op
         assert all(t.grad is None for t in after_theirs.values())
 
 
+@pytest.mark.parametrize("interaction", ["dot", "dcn"])
+def test_both_implementations_start_from_the_same_weights_for_the_same_seed(interaction):
+    shape = shape_of(interaction=interaction)
+    args = {"optimizer": "adagrad", "learning_rate": 0.1, "world_size": 1, "device": CPU}
+    ours, _, _ = build_model(shape, "torch", seed=7, **args)
+    theirs, _, _ = build_model(shape, "torchrec", seed=7, **args)
+    other, _, _ = build_model(shape, "torch", seed=8, **args)
+    b = batch()
+    with torch.no_grad():
+        assert torch.equal(ours(b), theirs(b)) and not torch.equal(ours(b), other(b))
+    for key, table in ours.embedding_tables().items():
+        assert torch.equal(table, theirs.embedding_tables()[key])
+        assert table.abs().max() <= (1 / table.shape[0]) ** 0.5
+
+
 def test_the_start_up_choice_and_its_refusals(monkeypatch):
     shape = shape_of()
     model, _, line = build_model(shape, "torch", optimizer="sgd", learning_rate=0.1, world_size=1, device=CPU)
