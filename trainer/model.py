@@ -147,15 +147,16 @@ def check_ids(shape: ModelShape, batch: Batch) -> None:
 
 
 @torch.no_grad()
-def initialize(seed: int, *, bottom: Sequence[nn.Linear], tables: Sequence[torch.Tensor],
-               crossnet: Sequence[Sequence[torch.Tensor]], top: Sequence[nn.Linear]) -> None:  # fmt: skip
+def initialize(seed: int | None, *, bottom: Sequence[nn.Linear], tables: Sequence[torch.Tensor],
+               crossnet: nn.Module | None, top: Sequence[nn.Linear]) -> None:  # fmt: skip
     """A DLRM's initial weights from ``seed`` alone, drawn in this order with a generator of their own, so that
     both implementations start from the same weights for the same seed, whatever their constructors drew:
     Linear layers as torch's default (weight and bias uniform in +-1/sqrt(fan_in)), each table uniform in
     +-sqrt(1/rows) (the DLRM reference's and TorchRec's: torch's N(0, 1), summed over dozens of ids, drowns the
     dense signal), the cross network's kernels Xavier-normal and its biases zero (TorchRec's LowRankCrossNet).
-    CPU tensors are drawn in place; others on the CPU and copied."""
-    generator = torch.Generator().manual_seed(seed)
+    ``crossnet``: ours or TorchRec's LowRankCrossNet (the same parameter names), or None. ``seed`` None draws one
+    from torch's global generator. CPU tensors are drawn in place; others on the CPU and copied."""
+    generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())) if seed is None else seed)
 
     def draw(t: torch.Tensor, fill) -> None:
         if t.device.type == "cpu":
@@ -177,7 +178,8 @@ def initialize(seed: int, *, bottom: Sequence[nn.Linear], tables: Sequence[torch
         layer(linear)
     for table in tables:
         uniform(table, math.sqrt(1 / table.shape[0]))
-    w_kernels, v_kernels, biases = crossnet or ((), (), ())
+    w_kernels, v_kernels, biases = ((), (), ()) if crossnet is None else (crossnet.W_kernels, crossnet.V_kernels,
+                                                                           crossnet.bias)  # fmt: skip
     for kernel in (*w_kernels, *v_kernels):
         std = math.sqrt(2 / (kernel.shape[0] + kernel.shape[1]))
         draw(kernel, lambda x, std=std: x.normal_(0, std, generator=generator))
@@ -216,9 +218,8 @@ class DLRM(nn.Module):
         self.top = _mlp([top_in, *shape.top_mlp, len(shape.labels)], last_activation=False)
         pairs = torch.triu_indices(features, features, offset=1)
         self.register_buffer("_pairs", pairs, persistent=False)
-        crossnet = () if self.crossnet is None else (self.crossnet.W_kernels, self.crossnet.V_kernels, self.crossnet.bias)
-        initialize(int(torch.randint(2**62, ())) if seed is None else seed, bottom=linears(self.bottom),
-                   tables=[bag.weight for bag in self.embeddings], crossnet=crossnet, top=linears(self.top))  # fmt: skip
+        initialize(seed, bottom=linears(self.bottom), tables=[bag.weight for bag in self.embeddings],
+                   crossnet=self.crossnet, top=linears(self.top))  # fmt: skip
 
     def embedding_tables(self) -> dict[str, torch.Tensor]:
         """Each sparse key's table (rows x embedding_dim), by key."""

@@ -67,10 +67,8 @@ class TorchRecDLRM(nn.Module):
             self.dlrm = DLRM(ebc, **sizes)
         if (tables_device or device).type == "meta":  # tables to be sharded: each shard's owner initializes it
             return
-        crossnet = self.dlrm.inter_arch.crossnet if shape.interaction == "dcn" else None
-        initialize(int(torch.randint(2**62, ())) if seed is None else seed, bottom=linears(self.dlrm.dense_arch),
-                   tables=list(self.embedding_tables().values()),
-                   crossnet=() if crossnet is None else (crossnet.W_kernels, crossnet.V_kernels, crossnet.bias),
+        initialize(seed, bottom=linears(self.dlrm.dense_arch), tables=list(self.embedding_tables().values()),
+                   crossnet=self.dlrm.inter_arch.crossnet if shape.interaction == "dcn" else None,
                    top=linears(self.dlrm.over_arch))  # fmt: skip
 
     @property
