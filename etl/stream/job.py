@@ -51,10 +51,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from tenacity import Retrying, retry_if_result, wait_fixed
+from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_attempt, wait_fixed
 
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
 from etl.records.landing import RecordKind, path_exists
@@ -290,7 +291,7 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
     state = _Loop(config, registry, tables, summary, say, publisher, run_id)
     with _stop_requests() as stop_requested:
         state.resume(spark)  # days closed before a restart (a publish that was stopped) are decided first
-        query = writer_stream.queryName(f"featurehouse_stream_{config.dataset}").start()
+        query = start_query(writer_stream.queryName(f"featurehouse_stream_{config.dataset}"), config.dataset, say)
         try:
             while not query.awaitTermination(1.0):
                 state.after_batches(query.recentProgress, spark)
@@ -309,6 +310,32 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
         state.after_batches(query.recentProgress, spark, final=summary.stopped_by is None)
     summary.elapsed_s = time.monotonic() - started
     return summary
+
+
+#: On an engine, starting a query with ``foreachBatch`` starts a Python worker for it, and Spark waits a fixed 10 s
+#: for that worker to import pyspark and connect back (``PythonWorkerFactory``; not a setting). On a loaded host
+#: that can take longer. The query has not started then, so starting it again is safe.
+WORKER_TIMEOUT = "Timed out while waiting for the Python worker to connect back"
+START_ATTEMPTS = 3
+
+
+def start_query(writer_stream: Any, dataset: str, say: Progress) -> Any:
+    """``writer_stream.start()``, tried again (up to ``START_ATTEMPTS`` in all) when the engine's foreachBatch
+    worker did not connect back in time; any other error, or the last timeout, is raised as it came."""
+
+    def again(state: Any) -> None:
+        say(f"stream {dataset}: the engine's Python worker for the micro-batches did not connect back within "
+            f"Spark's 10 s (a loaded host); starting the query again ({state.attempt_number + 1}/{START_ATTEMPTS})")
+
+    retrying = Retrying(stop=stop_after_attempt(START_ATTEMPTS), wait=wait_fixed(1.0), reraise=True,
+                        retry=retry_if_exception(_worker_timed_out), before_sleep=again)  # fmt: skip
+    return retrying(writer_stream.start)
+
+
+def _worker_timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is Spark's foreachBatch worker timeout, in its message or its server stack trace."""
+    stack = getattr(error, "getStackTrace", lambda: None)()
+    return WORKER_TIMEOUT in str(error) or WORKER_TIMEOUT in (stack or "")
 
 
 @dataclass

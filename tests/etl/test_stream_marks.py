@@ -73,3 +73,32 @@ def test_a_new_checkpoint_is_claimed_and_an_old_plans_refused(tmp_path):
     (old / "offsets" / "0").touch()
     with pytest.raises(ConfigError, match="previous plan"):
         claim(old)
+
+
+class _Writer:
+    """A DataStreamWriter's ``start`` that fails with ``errors`` in turn, then returns ``"query"``."""
+
+    def __init__(self, *errors: Exception):
+        self.errors, self.starts = list(errors), 0
+
+    def start(self):
+        self.starts += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "query"
+
+
+def test_a_query_whose_foreachbatch_worker_timed_out_is_started_again():
+    from etl.stream.job import START_ATTEMPTS, WORKER_TIMEOUT, start_query
+
+    said = []
+    writer = _Writer(RuntimeError(f"java.net.SocketTimeoutException: {WORKER_TIMEOUT}"))
+    assert start_query(writer, "m", said.append) == "query" and writer.starts == 2
+    assert "starting the query again (2/3)" in said[0]
+    timeouts = [RuntimeError(WORKER_TIMEOUT) for _ in range(START_ATTEMPTS)]
+    with pytest.raises(RuntimeError, match="connect back"):  # the last timeout is the error, as it came
+        start_query(_Writer(*timeouts), "m", said.append)
+    other = _Writer(RuntimeError("the checkpoint is of another plan"))
+    with pytest.raises(RuntimeError, match="another plan"):
+        start_query(other, "m", said.append)
+    assert other.starts == 1  # any other error is not retried
