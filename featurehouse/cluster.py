@@ -40,7 +40,7 @@ from schemas.settings import METASTORE_URL
 from warehouse.confs import delta_jars, session_confs, spark_submit_args
 from warehouse.metastore import init_schema
 from warehouse.processes import pid_alive, port_open, stop, tail, wait_until_ready
-from warehouse.profiles import Profile, load_profile
+from schemas.profiles import Profile, load_profile
 
 THRIFT_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
 START_TIMEOUT_S = 120.0

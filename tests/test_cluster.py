@@ -39,7 +39,7 @@ from featurehouse import cluster as fh_cluster
 from featurehouse.spark_args import arguments as spark_args
 from schemas.errors import ConfigError
 from tests.conftest import SMALL_REGISTRY
-from warehouse.profiles import load_profile
+from schemas.profiles import load_profile
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from schemas.paths import default_home
 from warehouse.confs import parse_conf_pairs
-from warehouse.profiles import chosen_profile
+from schemas.profiles import chosen_profile
 
 #: A remote engine's ``sc://`` URL for the commands with an engine mode, over the profile's ``engine``.
 ENGINE_URL_VARIABLE = "FEATUREHOUSE_ENGINE_URL"

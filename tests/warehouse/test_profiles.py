@@ -8,7 +8,7 @@ import pytest
 
 from schemas.errors import ConfigError
 from warehouse.flags import add_common_arguments, common_settings
-from warehouse.profiles import PROFILE_VARIABLE, load_profile
+from schemas.profiles import PROFILE_VARIABLE, load_profile
 
 
 def settings(*argv: str) -> dict:
