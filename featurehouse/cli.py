@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "features": ("etl.maintenance.features", "diff: show what a registry change does to its table; apply: do it (no file rewritten)"),
     "backfill": ("etl.maintenance.backfill", "fill a derived feature into past partitions, one commit per partition, verified"),
     "retention": ("etl.maintenance.retention", "drop partitions older than each dataset's retention, then vacuum (dry run unless --apply)"),
+    "optimize": ("etl.maintenance.optimize", "order a table's columns by feature popularity; rewrite partitions to follow it, verified"),
     "catalog": ("etl.maintenance.catalog", "sync: registry -> feature catalog; stats: one partition's feature statistics"),
     "read": ("ingest.read_command", "read a job spec's partitions and features as torch batches (no JVM); record the run"),
     "dpp": ("ingest.dpp_command", "a preprocessing-service session: the reader's work on Ray workers, batches delivered here"),

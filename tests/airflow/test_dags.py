@@ -147,7 +147,8 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
                 "params": {k: p.value for k, p in dag.params.items()} if dag.params else {},
                 "tasks": {t.task_id: {"upstream": sorted(t.upstream_task_ids), "pool": t.pool, "retries": t.retries,
                                       "type": getattr(t, "operator_class", type(t)).__name__, "mode": getattr(t, "mode", None),
-                                      "callback": bool(t.on_failure_callback)} for t in dag.tasks},
+                                      "callback": bool(t.on_failure_callback),
+                                      "args": getattr(t, "application_args", None)} for t in dag.tasks},
             }
         print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "heavy": heavy, "dags": dags,
                           "imported": imported, "retries": RETRIES,
@@ -162,7 +163,7 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
     assert bag["errors"] == {}
     assert bag["heavy"] == []
     assert set(bag["dags"]) == {"featurehouse_daily", "featurehouse_backfill", "featurehouse_streaming",
-                                "featurehouse_retention"}  # fmt: skip
+                                "featurehouse_retention", "featurehouse_optimize"}  # fmt: skip
     assert set(bag["seconds"]) == {f"{d}.py" for d in bag["dags"]}  # common.py and setup.py are ignored
     print(f"DAG files parsed in {bag['seconds']} s")  # a figure only: no benchmark of DAG parsing exists
     # the packages a parse brings in besides the standard library: Airflow, this repo's light ones (the DAGs'
@@ -181,6 +182,13 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
     assert backfill["schedule"] == "None"
     assert daily["params"] == {"dataset": "ads"} and retention["params"] == {"dry_run": True}
     assert set(backfill["params"]) == {"dataset", "feature", "start", "end"}
+    optimize = bag["dags"]["featurehouse_optimize"]  # weekly, Sunday 03:00, after the daily run; one Spark task
+    assert (optimize["schedule"], optimize["catchup"]) == ("0 3 * * 0", False)
+    assert optimize["params"] == {"dataset": "ads", "days": 28}
+    assert set(optimize["tasks"]) == {"optimize"} and optimize["tasks"]["optimize"]["type"] == "FeaturehouseJob"
+    assert optimize["tasks"]["optimize"]["args"] == [
+        "--dataset", "{{ params.dataset }}", "--order", "popularity",
+        "--from", "{{ macros.ds_add(ds, 1 - params.days) }}", "--to", "{{ ds }}"]  # fmt: skip
 
     tasks = daily["tasks"]
     assert tasks["label_join"]["upstream"] == ["wait_impressions", "wait_labels"]
@@ -190,7 +198,7 @@ def test_dag_files_parse_fast_without_heavy_imports_and_are_wired_as_documented(
     assert set(backfill["tasks"]["backfill_feature"]["upstream"]) == {"choose"}
     assert set(backfill["tasks"]) == {"plan", "choose", "backfill_feature", "join_args", "label_join"}
     spark_tasks = [(d, t) for d in bag["dags"].values() for t in d["tasks"].values() if t["type"] == "FeaturehouseJob"]
-    assert len(spark_tasks) == 5  # daily 1, backfill 2, streaming 1, retention 1: every one in the Spark pool
+    assert len(spark_tasks) == 6  # daily 1, backfill 2, streaming 1, retention 1, optimize 1: all in the Spark pool
     assert {t["pool"] for _, t in spark_tasks} == {"featurehouse_spark"}
     every_task = [t for d in bag["dags"].values() for t in d["tasks"].values()]
     assert all(t["callback"] for t in every_task)
