@@ -55,7 +55,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_attempt, wait_fixed
+from tenacity import Retrying, retry_if_exception, retry_if_result, stop_after_attempt, wait_exponential, wait_fixed
 
 from etl.kafka.topics import DEFAULT_TOPIC_PREFIX, check_topic_prefix, topic_name
 from etl.records.landing import RecordKind, path_exists
@@ -316,10 +316,10 @@ def _run(spark: SparkSession, config: StreamConfig, progress: Progress | None,
 #: for that worker to import pyspark and connect back (``PythonWorkerFactory``; not a setting). On a loaded host
 #: that can take longer. The query has not started then, so starting it again is safe.
 WORKER_TIMEOUT = "Timed out while waiting for the Python worker to connect back"
-START_ATTEMPTS = 3
+START_ATTEMPTS = 5  # waits of 1, 2, 4, 8 s between them: a start storm on the host passes
 
 
-def start_query(writer_stream: Any, dataset: str, say: Progress) -> Any:
+def start_query(writer_stream: Any, dataset: str, say: Progress, *, wait: Any = wait_exponential(1, max=8)) -> Any:
     """``writer_stream.start()``, tried again (up to ``START_ATTEMPTS`` in all) when the engine's foreachBatch
     worker did not connect back in time; any other error, or the last timeout, is raised as it came."""
 
@@ -327,7 +327,7 @@ def start_query(writer_stream: Any, dataset: str, say: Progress) -> Any:
         say(f"stream {dataset}: the engine's Python worker for the micro-batches did not connect back within "
             f"Spark's 10 s (a loaded host); starting the query again ({state.attempt_number + 1}/{START_ATTEMPTS})")
 
-    retrying = Retrying(stop=stop_after_attempt(START_ATTEMPTS), wait=wait_fixed(1.0), reraise=True,
+    retrying = Retrying(stop=stop_after_attempt(START_ATTEMPTS), wait=wait, reraise=True,
                         retry=retry_if_exception(_worker_timed_out), before_sleep=again)  # fmt: skip
     return retrying(writer_stream.start)
 

@@ -89,12 +89,18 @@ class _Writer:
 
 
 def test_a_query_whose_foreachbatch_worker_timed_out_is_started_again():
-    from etl.stream.job import START_ATTEMPTS, WORKER_TIMEOUT, start_query
+    from tenacity import wait_none
+
+    from etl.stream.job import START_ATTEMPTS, WORKER_TIMEOUT
+    from etl.stream.job import start_query as start
+
+    def start_query(writer, dataset, say):
+        return start(writer, dataset, say, wait=wait_none())
 
     said = []
     writer = _Writer(RuntimeError(f"java.net.SocketTimeoutException: {WORKER_TIMEOUT}"))
     assert start_query(writer, "m", said.append) == "query" and writer.starts == 2
-    assert "starting the query again (2/3)" in said[0]
+    assert f"starting the query again (2/{START_ATTEMPTS})" in said[0]
     timeouts = [RuntimeError(WORKER_TIMEOUT) for _ in range(START_ATTEMPTS)]
     with pytest.raises(RuntimeError, match="connect back"):  # the last timeout is the error, as it came
         start_query(_Writer(*timeouts), "m", said.append)
