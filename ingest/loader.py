@@ -40,7 +40,7 @@ from ingest.plan import (
     window_permutation,
     worker_windows,
 )
-from ingest.projected_reads import IoCounter, read_chunks, row_group_sizes
+from ingest.projected_reads import Coalescing, IoCounter, file_footer, read_chunks, row_group_sizes
 from ingest.snapshot import Snapshot
 from schemas.config import NON_NEGATIVE_INT, POSITIVE_INT, satisfies
 from schemas.errors import ConfigError, TableError
@@ -106,6 +106,7 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         rank: int = 0,
         world_size: int = 1,
         convert: Callable[[pa.Table], Any] = TableBlock,
+        coalescing: Coalescing = Coalescing(),
     ) -> None:
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank {rank} is not in [0, world_size {world_size}); pass the process's own rank")
@@ -114,14 +115,16 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         super().__init__()
         self.snapshot, self.registry, self.columns = snapshot, registry, tuple(columns)
         self.batch_size, self.shuffle_buffer, self.seed, self.drop_last = batch_size, shuffle_buffer, seed, drop_last
-        self.rank, self.world_size, self.convert = rank, world_size, convert
+        self.rank, self.world_size, self.convert, self.coalescing = rank, world_size, convert, coalescing
         footers = IoCounter()
+        #: every file's footer, read once here to plan; workers get them with the dataset and read none again
+        self.footers = [file_footer(file, footers, snapshot.store) for file in snapshot.files]
         self.units = [
             Unit(index, group, rows, size)
-            for index, file in enumerate(snapshot.files)
-            for group, (rows, size) in enumerate(row_group_sizes(file, footers))
+            for index, metadata in enumerate(self.footers)
+            for group, (rows, size) in enumerate(row_group_sizes(metadata))
         ]
-        self.footer_bytes = footers.bytes_read  # read in this process to plan; each worker counts its own reads
+        self.footer_bytes, self.footer_requests = footers.bytes_read, footers.requests  # each worker counts its own
         self.epoch = 0
         self.last_counter = IoCounter()
         self.start_batch = 0  # batches of this epoch already delivered (set by ResumableLoader on resume)
@@ -145,8 +148,8 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
             wanted = [chunk for _unit, chunk in group]
             file = self.snapshot.files[unit.file]
             size = chunk_rows(unit)
-            chunks = read_chunks(file, self.snapshot, self.registry, self.columns, counter,
-                                 row_group=unit.row_group, chunk_rows=size)  # fmt: skip
+            chunks = read_chunks(file, self.snapshot, self.registry, self.columns, counter, row_group=unit.row_group,
+                                 chunk_rows=size, metadata=self.footers[unit.file], coalescing=self.coalescing)  # fmt: skip
             for chunk, table in enumerate(chunks):  # a row group decodes from its start: earlier chunks pass by
                 expected = min(size, unit.rows - chunk * size)
                 if table.num_rows != expected:
@@ -168,11 +171,21 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         return table
 
     def _blocks(self, windows: Sequence, counter: IoCounter) -> Iterator[tuple[tuple[Unit, int], Any]]:
-        """The chunks the windows need, in order, each once: read by a thread one chunk ahead (pyarrow decodes
-        without the GIL) and converted in this one, so reading overlaps transforms and batching."""
+        """The chunks the windows need, in order, each once: read by a thread ahead (pyarrow decodes without the
+        GIL) and converted in this one, so reading overlaps transforms and batching; in a DataLoader worker
+        process, read and converted in turn (the workers overlap each other)."""
         keys = [(piece.unit, chunk) for w in windows for piece in w.pieces for chunk, _lo, _hi in _chunk_slices(piece)]
         keys = [key for key, _ in itertools.groupby(keys)]
         tables = self._tables(keys, counter)
+        if torch.utils.data.get_worker_info() is not None:  # a worker process: the other workers are the overlap,
+            try:  # and a thread of its own would only add to the threads competing for the cores
+                for key in keys:
+                    done: Future = Future()
+                    done.set_result(self._next(tables, counter))
+                    yield self._converted(key, done, counter)
+            finally:
+                tables.close()
+            return
         try:
             with ThreadPoolExecutor(1, thread_name_prefix="featurehouse-read") as pool:
                 pending: deque = deque()
@@ -355,7 +368,8 @@ class ResumableLoader:
         self.prefetch = prefetch if num_workers == 0 else 0  # worker processes make batches ahead already
         self.epochs = epochs
         self.delivered = 0
-        self.counter = IoCounter(bytes_read=dataset.footer_bytes)  # the footers read to plan count too
+        # the footers read to plan count too
+        self.counter = IoCounter(bytes_read=dataset.footer_bytes, requests=dataset.footer_requests)
         self._producer: _Producer | None = None
         self._stop_producer = weakref.finalize(self, lambda: None)
         dataset.with_costs = True

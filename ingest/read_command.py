@@ -22,16 +22,17 @@ from ingest.loader import ResumableLoader, SnapshotDataset
 from ingest.spec import load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
-from schemas.config import NON_NEGATIVE_INT, POSITIVE_INT, JobConfig, satisfies
+from schemas.config import NON_NEGATIVE_INT, POSITIVE_INT, ReaderJobConfig, satisfies
 from schemas.errors import ConfigError
 from schemas.exit import run_command
 from schemas.names import format_ds
-from schemas.paths import default_home, warehouse_location
+from schemas.paths import default_home
+from schemas.storage import Store, add_profile_argument, reader_store
 from schemas.progress import Progress
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReadConfig(JobConfig):
+class ReadConfig(ReaderJobConfig):
     job: Path
     limit: int | None = None
     version: int | None = None
@@ -52,12 +53,12 @@ def _shapes(batch) -> str:
 
 def run(config: ReadConfig, *, progress: Progress = print) -> UsageRecord:
     spec, registry = load_spec(config.job, registry_dir=config.registry_dir)
-    warehouse = warehouse_location(config.home)
+    warehouse = reader_store(config.home, config.profile)
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
     reader = open_reader(spec, registry, warehouse=warehouse, version=config.version)
     dataset: SnapshotDataset = reader.dataset
-    progress(f"read {spec.job_id}: {spec.dataset} version {reader.snapshot.version}, ds {format_ds(spec.days[0])} .. "
+    progress(f"read {spec.job_id}: {warehouse.where()}, {spec.dataset} version {reader.snapshot.version}, ds {format_ds(spec.days[0])} .. "
              f"{format_ds(spec.days[-1])}, {len(reader.snapshot.files)} files, {len(spec.features)} of "
              f"{len(registry.stored_features)} features, {len(dataset):,} batches of {spec.batch_size}")  # fmt: skip
     loader = ResumableLoader(dataset, num_workers=config.workers, epochs=1)
@@ -80,8 +81,9 @@ def summarize(spec, reader, counter, *, started: float, started_at: dt.datetime,
     read_bytes = counter.bytes_read
     ratio = counter.bytes_all_columns / read_bytes if read_bytes else 0.0
     progress(f"  {counter.batches:,} batches, {counter.rows:,} rows in {elapsed:.2f}s ({counter.rows / elapsed:,.0f} rows/s)")
-    progress(f"  bytes read {read_bytes:,} (planning footers {reader.dataset.footer_bytes:,}); all columns of these rows: "
-             f"{counter.bytes_all_columns:,} ({ratio:.1f}x more)")  # fmt: skip
+    progress(f"  bytes read {read_bytes:,} in {counter.requests:,} requests (planning footers "
+             f"{reader.dataset.footer_bytes:,}; between coalesced columns {counter.bytes_wasted:,}, read_gap "
+             f"{spec.read_gap}); all columns of these rows: {counter.bytes_all_columns:,} ({ratio:.1f}x more)")  # fmt: skip
     progress(f"  time: I/O {counter.io_s:.2f}s and decoding {counter.decode_s:.2f}s (in {where}), transforms "
              f"{counter.convert_s:.2f}s, shuffling {counter.shuffle_s:.2f}s and batching {counter.assemble_s:.2f}s; waiting for batches "
              f"{counter.wait_s:.2f}s")  # fmt: skip
@@ -92,8 +94,8 @@ def summarize(spec, reader, counter, *, started: float, started_at: dt.datetime,
     )  # fmt: skip
 
 
-def record(warehouse: str, usage: UsageRecord, *, progress: Progress) -> None:
-    version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
+def record(store: Store, usage: UsageRecord, *, progress: Progress) -> None:
+    version = record_usage(catalog_table_uri(store.warehouse, FEATURE_USAGE), [usage], store=store)
     progress(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
 
 
@@ -110,11 +112,12 @@ def parse_args(argv: Sequence[str] | None = None) -> ReadConfig:
     parser.add_argument("--home", type=Path, default=None,
                         help="data folder holding warehouse/ (default: $FEATUREHOUSE_HOME or ./data)")  # fmt: skip
     parser.add_argument("--registry-dir", type=Path, default=None, help="folder of registry files")
+    add_profile_argument(parser)
     parser.add_argument("--workers", type=int, default=0,
                         help="DataLoader worker processes (default 0: read in this process, with a read-ahead thread)")
     ns = parser.parse_args(argv)
     return ReadConfig(job=ns.job, home=(ns.home or default_home()).resolve(), limit=ns.limit, version=ns.version,
-                      record=not ns.no_record, registry_dir=ns.registry_dir, workers=ns.workers)  # fmt: skip
+                      record=not ns.no_record, registry_dir=ns.registry_dir, profile=ns.profile, workers=ns.workers)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

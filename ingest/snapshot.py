@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from schemas import delta_snapshot
 from schemas.delta_snapshot import DataFile, Snapshot
 from schemas.errors import TableError
+from schemas.storage import Store
 
 __all__ = ["SUPPORTED_READER_FEATURES", "DataFile", "Snapshot", "open_snapshot"]
 
@@ -33,12 +34,13 @@ def _check_protocol(snapshot: Snapshot) -> None:
         )
 
 
-def open_snapshot(table_uri: str, days: Iterable[dt.date], *, version: int | None = None) -> Snapshot:
+def open_snapshot(table_uri: str, days: Iterable[dt.date], *, version: int | None = None,
+                  store: Store | None = None) -> Snapshot:  # fmt: skip
     """The table at ``table_uri`` pinned at ``version`` (default: latest), with the files of ``days``.
 
     A table whose protocol needs reader features other than ``SUPPORTED_READER_FEATURES`` is a
     :class:`TableError`.
     """
-    snapshot = delta_snapshot.open_snapshot(table_uri, days, version=version)
+    snapshot = delta_snapshot.open_snapshot(table_uri, days, version=version, store=store)
     _check_protocol(snapshot)
     return snapshot

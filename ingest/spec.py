@@ -15,6 +15,8 @@ One YAML file per job, validated once against the dataset's registry::
     shuffle_buffer: 65536
     seed: 7
     drop_last: true
+    read_gap: 1048576       # bytes: a row group's chosen columns within this gap are fetched in one request
+                            # (Meta's 1 MiB; the default); null: one request per column chunk
     # for `featurehouse train` (trainer/): ds above is what it trains on
     model: {embedding_dim: 16, bottom_mlp: [64, 32], top_mlp: [64, 32]}
     train: {eval_ds: {from: 2026-11-08, to: 2026-11-08}, epochs: 3, learning_rate: 0.05}
@@ -127,6 +129,7 @@ class JobSpec(_Frozen):
     shuffle_buffer: int = Field(default=0, ge=0)
     seed: int = 0
     drop_last: bool = False
+    read_gap: int | None = Field(default=1 << 20, ge=0)  # ingest.projected_reads.Coalescing
     model: ModelSpec | None = None
     train: TrainSpec | None = None
     source: str = "<memory>"

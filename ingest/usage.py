@@ -25,6 +25,7 @@ import pyarrow as pa
 from ingest.projected_reads import IoCounter
 from schemas.catalog import FEATURE_USAGE_SCHEMA
 from schemas.errors import ConfigError, TableError
+from schemas.storage import Store
 from schemas.names import JOB_ID_RULE, format_ds, parse_ds, valid_job_id, validate_name
 
 
@@ -100,19 +101,23 @@ def _cost_columns(cost: IoCounter | None) -> dict:
     }  # fmt: skip
 
 
-def record_usage(table_uri: str, records: Sequence[UsageRecord]) -> int:
-    """Append ``records`` to the usage table at ``table_uri`` in one Delta commit; return its version."""
+def record_usage(table_uri: str, records: Sequence[UsageRecord], *, store: Store | None = None) -> int:
+    """Append ``records`` to the usage table at ``table_uri`` in one Delta commit; return its version.
+
+    On S3 (``store``), deltalake commits with conditional writes: concurrent appends each get a version of
+    their own, none is lost (docs/object-storage.md)."""
     from deltalake import DeltaTable, write_deltalake
     from deltalake.exceptions import TableNotFoundError
 
     if not records:
         raise ConfigError("no usage records to write")
+    options = None if store is None else store.delta_options()
     try:
-        DeltaTable(table_uri)
+        DeltaTable(table_uri, storage_options=options)
     except TableNotFoundError as err:
         raise TableError(
             f"no feature_usage table at {table_uri}; create the catalog first (featurehouse catalog sync)"
         ) from err
     batch = pa.Table.from_pylist([r.row() for r in records], schema=FEATURE_USAGE_SCHEMA)
-    write_deltalake(table_uri, batch, mode="append", schema_mode="merge")  # a catalog made before the cost columns gains them
-    return DeltaTable(table_uri).version()
+    write_deltalake(table_uri, batch, mode="append", schema_mode="merge", storage_options=options)  # a catalog made before the cost columns gains them
+    return DeltaTable(table_uri, storage_options=options).version()

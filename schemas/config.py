@@ -55,6 +55,14 @@ class JobConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReaderJobConfig(JobConfig):
+    """A command of the reader's, without a JVM (read, dpp, train): ``profile`` names the warehouse it reads, a folder
+    or an S3 bucket (schemas.storage.reader_store); None: ``$FEATUREHOUSE_PROFILE``, else ``<home>/warehouse``."""
+
+    profile: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class SparkJobConfig(JobConfig):
     """A job that runs in a Spark session: ``spark_conf`` is applied over the profile and the embedded defaults."""
 

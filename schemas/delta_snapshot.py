@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from schemas.errors import TableError
 from schemas.names import format_ds
 from schemas.registry import PARTITION_COLUMN
+from schemas.storage import Store, s3_uri
 
 PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 
@@ -49,21 +50,29 @@ class Snapshot:
     missing_days: tuple[str, ...]  # chosen partitions the table does not have
     min_reader_version: int  # of the table's protocol: what a reader must handle to read its files
     reader_features: frozenset[str]
+    store: Store | None = None  # how to reach the files (S3 endpoint and keys); None: local paths
 
     @property
     def rows(self) -> int:
         return sum(f.rows or 0 for f in self.files)
 
 
-def open_snapshot(table_uri: str, days: Iterable[dt.date], *, version: int | None = None) -> Snapshot:
-    """The table at ``table_uri`` pinned at ``version`` (default: latest), with the files of ``days``."""
+def open_snapshot(table_uri: str, days: Iterable[dt.date], *, version: int | None = None,
+                  store: Store | None = None) -> Snapshot:  # fmt: skip
+    """The table at ``table_uri`` pinned at ``version`` (default: latest), with the files of ``days``; ``store``
+    reaches a table on S3 (its endpoint and credentials)."""
     import deltalake
     import pyarrow as pa
-    from deltalake.exceptions import DeltaError
+    from deltalake.exceptions import DeltaError, TableNotFoundError
 
+    if store is not None:
+        table_uri = s3_uri(table_uri)  # deltalake and pyarrow call it s3://, Hadoop s3a://
     try:
-        table = deltalake.DeltaTable(table_uri, version=version)
+        table = deltalake.DeltaTable(table_uri, version=version,
+                                     storage_options=None if store is None else store.delta_options())  # fmt: skip
     except (DeltaError, OSError, ValueError) as err:
+        if store is not None and store.on_s3 and not isinstance(err, TableNotFoundError):
+            raise store.unreachable(f"the Delta log of {table_uri}", err) from err
         at = "its latest version" if version is None else f"version {version}"
         reason = " ".join(str(err).split())  # one line: the CLI prints errors as one
         raise TableError(
@@ -104,6 +113,7 @@ def open_snapshot(table_uri: str, days: Iterable[dt.date], *, version: int | Non
         missing_days=tuple(d for d in wanted if d not in present),
         min_reader_version=protocol.min_reader_version,
         reader_features=frozenset(protocol.reader_features or ()),
+        store=store,
     )
 
 

@@ -41,11 +41,12 @@ from ingest.projected_reads import IoCounter
 from ingest.spec import JobSpec, load_spec
 from ingest.usage import UsageRecord, record_usage
 from schemas.catalog import FEATURE_USAGE, catalog_table_uri
-from schemas.config import NON_NEGATIVE_INT, POSITIVE_INT, JobConfig, satisfies
+from schemas.config import NON_NEGATIVE_INT, POSITIVE_INT, ReaderJobConfig, satisfies
 from schemas.errors import ConfigError
 from schemas.exit import run_command
 from schemas.names import format_ds
-from schemas.paths import default_home, warehouse_location
+from schemas.paths import default_home
+from schemas.storage import Store, add_profile_argument, reader_store
 from schemas.progress import Progress, silent
 from trainer.checkpoint import Checkpoint
 from trainer.loop import StepClock, Training
@@ -57,7 +58,7 @@ Device = Literal["auto", "cpu", "cuda"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainConfig(JobConfig):
+class TrainConfig(ReaderJobConfig):
     job: Path
     out: Path | None = None  # default: <home>/runs/<job_id>
     workers: int = 0
@@ -169,7 +170,7 @@ def _loader(config: TrainConfig, reader, *, epochs: int, ranks: Ranks, device: t
     return loader
 
 
-def _evaluate(spec: JobSpec, registry, model: torch.nn.Module, *, warehouse: str, ranks: Ranks, device: torch.device,
+def _evaluate(spec: JobSpec, registry, model: torch.nn.Module, *, warehouse: Store, ranks: Ranks, device: torch.device,
               workers: int) -> tuple[dict[str, Metrics], IoCounter]:  # fmt: skip
     eval_spec = spec.model_copy(update={"ds": spec.train.eval_days, "shuffle_buffer": 0, "drop_last": False})
     reader = open_reader(eval_spec, registry, warehouse=warehouse, rank=ranks.rank, world_size=ranks.world_size)
@@ -189,7 +190,7 @@ def _evaluate(spec: JobSpec, registry, model: torch.nn.Module, *, warehouse: str
     return {label: evaluate(y[:, i], p[:, i]) for i, label in enumerate(spec.labels)}, loader.counter
 
 
-def _evaluate_unless_stopped(training: Training, registry, config: TrainConfig, *, warehouse: str, ranks: Ranks,
+def _evaluate_unless_stopped(training: Training, registry, config: TrainConfig, *, warehouse: Store, ranks: Ranks,
                              device: torch.device) -> tuple[dict[str, Metrics], IoCounter]:  # fmt: skip
     """The eval metrics (none for a run ``max_steps`` stopped) and the rank's reads, training's and evaluation's."""
     cost = IoCounter()
@@ -214,7 +215,7 @@ def run(config: TrainConfig, *, progress: Progress = print) -> TrainResult:
     spec, registry = _train_spec(config)
     shape = model_shape(spec, registry)
     device = pick_device(config.device)
-    warehouse = warehouse_location(config.home)
+    warehouse = reader_store(config.home, config.profile)
     run_dir = config.out or config.home / "runs" / spec.job_id
     with distributed(device) as ranks, ExitStack() as stack:
         say = progress if ranks.main else silent
@@ -245,7 +246,7 @@ def run(config: TrainConfig, *, progress: Progress = print) -> TrainResult:
 
 
 def _report(result: TrainResult, spec: JobSpec, ranks: Ranks, *, started_at: dt.datetime, config: TrainConfig,
-            warehouse: str, progress: Progress) -> None:  # fmt: skip
+            warehouse: Store, progress: Progress) -> None:  # fmt: skip
     """Add up every rank's reads, print the summary, write metrics.json and the usage record (rank 0)."""
     costs = _gather(ranks, (result.cost, vars(result.clock)))
     total, clock = _totals(costs, ranks)
@@ -290,7 +291,7 @@ def _write_metrics(result: TrainResult, spec: JobSpec, total: IoCounter, clock: 
 
 
 def _record(result: TrainResult, spec: JobSpec, total: IoCounter, clock: StepClock, ranks: Ranks, *,
-            started_at: dt.datetime, warehouse: str, progress: Progress) -> None:  # fmt: skip
+            started_at: dt.datetime, warehouse: Store, progress: Progress) -> None:  # fmt: skip
     """The run's row in featurehouse_catalog.feature_usage: its ds range, reads, time split and stall."""
     days = sorted({*spec.days, *spec.train.eval_days})
     usage = UsageRecord(
@@ -299,7 +300,7 @@ def _record(result: TrainResult, spec: JobSpec, total: IoCounter, clock: StepClo
         started_at=started_at, ended_at=dt.datetime.now(dt.UTC), cost=total, compute_s=clock.compute_s,
         samples_per_s=clock.samples_per_s * ranks.world_size, stall_fraction=clock.stall_fraction,
     )  # fmt: skip
-    version = record_usage(catalog_table_uri(warehouse, FEATURE_USAGE), [usage])
+    version = record_usage(catalog_table_uri(warehouse.warehouse, FEATURE_USAGE), [usage], store=warehouse)
     progress(f"  recorded in featurehouse_catalog.feature_usage (version {version}), run {usage.run_id}")
 
 
@@ -314,6 +315,7 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
     parser.add_argument("--home", type=Path, default=None,
                         help="data folder holding warehouse/ (default: $FEATUREHOUSE_HOME or ./data)")  # fmt: skip
     parser.add_argument("--registry-dir", type=Path, default=None, help="folder of registry files")
+    add_profile_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="checkpoints and metrics.json (default: HOME/runs/JOB)")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank (default 0)")
     parser.add_argument("--prefetch", type=int, default=PREFETCH,
@@ -339,7 +341,7 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
                              "Ray instance for this run (one rank only)")  # fmt: skip
     parser.add_argument("--dpp-workers", default="1:2", help="with --dpp: MIN:MAX service workers per rank (default 1:2)")
     ns = parser.parse_args(argv)
-    return TrainConfig(job=ns.job, home=(ns.home or default_home()).resolve(), registry_dir=ns.registry_dir,
+    return TrainConfig(job=ns.job, home=(ns.home or default_home()).resolve(), registry_dir=ns.registry_dir, profile=ns.profile,
                        out=ns.out, workers=ns.workers, prefetch=ns.prefetch, device=ns.device, model=ns.model,
                        shard_embeddings=ns.shard_embeddings, restart=ns.restart,
                        max_steps=ns.max_steps, record=not ns.no_record, dpp=ns.dpp, dpp_address=ns.address,

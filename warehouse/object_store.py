@@ -17,6 +17,7 @@ from pathlib import Path
 
 from schemas.errors import ConfigError
 from schemas.paths import REPO_ROOT
+from schemas.storage import Store
 from warehouse.confs import delta_jars
 
 #: Where ``make s3-jars`` puts hadoop-aws and the AWS SDK bundle (jvm/s3/pom.xml).
@@ -77,15 +78,9 @@ def delta_rs_storage_options(
     secret_key: str | None = None,
     region: str = "us-east-1",
 ) -> dict[str, str]:
-    """The same store for deltalake (no JVM): ``DeltaTable(uri, storage_options=...)``.
+    """The same store for deltalake (no JVM): ``DeltaTable(uri, storage_options=...)`` (``schemas.storage.Store``'s).
 
     Use ``s3://`` URIs there (``s3a://`` is Hadoop's name for the same objects).
     """
-    options = {"AWS_REGION": region}
-    if endpoint is not None:
-        options["AWS_ENDPOINT_URL"] = endpoint
-        options["AWS_ALLOW_HTTP"] = str(endpoint.startswith("http://")).lower()
-    if access_key is not None and secret_key is not None:
-        options["AWS_ACCESS_KEY_ID"] = access_key
-        options["AWS_SECRET_ACCESS_KEY"] = secret_key
-    return options
+    store = Store(warehouse="s3://", endpoint=endpoint, region=region, access_key=access_key, secret_key=secret_key)
+    return store.delta_options() or {}

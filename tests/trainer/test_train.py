@@ -76,6 +76,7 @@ def job(home: Path, name: str, **train) -> Path:
         "features": [{"name": "d0"}, {"name": "d1"}, {"name": "d2"},
                      {"name": "user_ids", "embedding_rows": 50}, {"name": "noise_ids", "transforms": [{"hash": 1000}]}],
         "labels": ["click"], "batch_size": 500, "shuffle_buffer": 2000, "seed": 3,
+        "read_gap": None,  # one request per column chunk: the bytes read are exactly the chunks (read_cost)
         "model": {"embedding_dim": 8, "bottom_mlp": [16], "top_mlp": [16]},
         "train": {"eval_ds": [DAYS[3]], "epochs": 3, "learning_rate": 0.05, **train},
     }  # fmt: skip
@@ -93,7 +94,7 @@ def config(home: Path, name: str, **kwargs) -> TrainConfig:
 def read_cost(home: Path, days: list[str], columns: list[str]) -> tuple[int, int]:
     """(planning, one epoch): the bytes the reader counts for ``columns`` of ``days`` of featurehouse.signal, from
     the Parquet files alone. Planning reads each file's footer (its last 8 bytes and the footer they announce);
-    an epoch reads, for each row group, that footer again and the columns' chunks (``total_compressed_size``)."""
+    an epoch reads, for each row group, the columns' chunks (``total_compressed_size``)."""
     import pyarrow.parquet as pq
 
     table = home / "warehouse" / "featurehouse.db" / "signal"  # appended, never rewritten: every file is live
@@ -106,7 +107,7 @@ def read_cost(home: Path, days: list[str], columns: list[str]) -> tuple[int, int
         planning += footer
         for g in range(metadata.num_row_groups):
             chunks = (metadata.row_group(g).column(c) for c in range(metadata.num_columns))
-            epoch += footer + sum(c.total_compressed_size for c in chunks if c.path_in_schema.split(".")[0] in columns)
+            epoch += sum(c.total_compressed_size for c in chunks if c.path_in_schema.split(".")[0] in columns)
     return planning, epoch
 
 

@@ -1,6 +1,6 @@
 """Tables on s3a://: the label join writes its Delta table into a bucket through Hadoop's S3A connector.
 
-The bucket is served by moto (``moto[server]``, an S3 test double on 127.0.0.1, not S3 itself). The
+The bucket is served by moto (tests/moto.py: an S3 test double on 127.0.0.1, not S3 itself). The
 job runs as its own process: the test run's shared SparkSession lacks the S3A jars (.jvm/s3), and a
 second Spark application needs a --home of its own for its embedded metastore. The table is read back
 from the bucket without a JVM (deltalake's QueryBuilder: feature tables are column-mapped).
@@ -9,26 +9,23 @@ from the bucket without a JVM (deltalake's QueryBuilder: feature tables are colu
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from botocore.exceptions import EndpointConnectionError
 
 from etl.generate.job import GenerateConfig
 from etl.generate.job import run as generate
 from schemas.errors import ConfigError
 from tests.conftest import SMALL_REGISTRY
+from tests.moto import KEYS, moto_server, s3_client
 from warehouse.object_store import delta_rs_storage_options, s3_jars, s3a_confs
 
 DATASET = "t_s3"
 DS = "2026-11-01"
 BUCKET = "featurehouse-test"
-KEYS = {"access_key": "testing", "secret_key": "testing"}  # moto accepts any
 TABLE_PREFIX = f"warehouse/featurehouse.db/{DATASET}/"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,40 +54,9 @@ def test_s3a_confs_for_a_server_of_your_own() -> None:
 
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """moto's S3 server on a free 127.0.0.1 port, with one empty bucket; stopped at the end of the module.
-
-    A process of its own, not moto's ThreadedMotoServer: deltalake's reads hold this process's GIL while
-    they wait on the server, so a server thread in here would never answer them.
-    """
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                _client(endpoint).create_bucket(Bucket=BUCKET)
-                break
-            except EndpointConnectionError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto's server did not start on {endpoint} (see {log.name})") from None
-                time.sleep(0.2)
+    """moto's S3 server with one empty bucket (tests/moto.py); stopped at the end of the module."""
+    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log", BUCKET) as endpoint:
         yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
-
-
-def _client(endpoint: str):
-    import boto3
-
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                        aws_access_key_id=KEYS["access_key"], aws_secret_access_key=KEYS["secret_key"])  # fmt: skip
 
 
 def _summary_count(stdout: str, label: str) -> int:
@@ -135,7 +101,7 @@ def joined(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory):
 @pytest.mark.slow
 def test_the_delta_table_lives_in_the_bucket(joined) -> None:
     endpoint, home, _day, stdout = joined
-    listed = _client(endpoint).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=TABLE_PREFIX)
+    listed = s3_client(endpoint).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=TABLE_PREFIX)
     keys = {obj["Key"] for page in listed for obj in page.get("Contents", [])}
     log_prefix = TABLE_PREFIX + "_delta_log/"
     log = sorted(k.removeprefix(log_prefix) for k in keys if k.startswith(log_prefix))
