@@ -2,15 +2,16 @@
 
 The loader converts each row group it reads once into a :class:`Block` (every
 transform applied to whole columns), cuts a window's rows out of blocks, and makes
-each batch by gathering its rows of the shuffled window; all numpy, no per-row
-Python. Transforms work row by row, so converting before shuffling gives exactly
-the rows that converting each batch would::
+each batch by gathering its rows of the shuffled window; compiled loops over all the
+features at once (ingest/kernels.py), no per-row or per-key Python. Transforms work row
+by row, so converting before shuffling gives exactly the rows that converting each batch would::
 
     row group (pyarrow) --Converter--> Block --slice/concat--> window
         --batch(the batch's rows of the window's permutation)--> Batch (torch)
 
-Sparse ids are kept per key as a :class:`Jagged` (values and offsets); a slice is a
-view, so the only copy of a value is the gather that puts it into its batch.
+Sparse ids are kept as one :class:`Sparse` for all keys (values and per-key offsets); a
+slice is a view, and a window's ids are copied once to make them contiguous again, then
+once more by the gather that puts them into their batch.
 """
 
 from __future__ import annotations
@@ -21,40 +22,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ingest import kernels
 from ingest.batch import Batch
 from ingest.transforms import SparseColumn
 from schemas.errors import ConfigError
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    offsets[1:] = lengths
-    return _cumsum(offsets)
-
-
-def _cumsum(a: np.ndarray) -> np.ndarray:
-    """``a`` (int64) turned into its running sum in place: torch's loop is 6x faster than numpy's integer cumsum."""
-    torch.from_numpy(a).cumsum_(0)
-    return a
-
-
-def _gather(source: np.ndarray, index: np.ndarray, **kwargs) -> np.ndarray:
-    """``np.take`` of indices made here, always in range: ``mode="wrap"`` skips the per-index bounds
-    check of the default mode, which costs take 40% of its time."""
-    return np.take(source, index, mode="wrap", **kwargs)
-
-
 @dataclass(frozen=True)
 class Jagged:
-    """Lists for n rows: row i is ``values[offsets[i]:offsets[i + 1]]``; ``offsets[0]`` may be above 0 (a slice)."""
+    """One key's lists for n rows: row i is ``values[offsets[i]:offsets[i + 1]]``."""
 
     values: np.ndarray  # int64
     offsets: np.ndarray  # int64[n + 1]
     weights: np.ndarray | None = None  # float32, one per value
-
-    @classmethod
-    def of(cls, column: SparseColumn) -> Jagged:
-        return cls(column.values, _offsets(column.lengths), column.weights)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -63,44 +43,55 @@ class Jagged:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def flat(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """The values (and weights) of these rows, contiguous (views)."""
-        lo, hi = int(self.offsets[0]), int(self.offsets[-1])
-        return self.values[lo:hi], None if self.weights is None else self.weights[lo:hi]
 
-    def slice(self, start: int, stop: int) -> Jagged:
-        return Jagged(self.values, self.offsets[start : stop + 1], self.weights)
+@dataclass(frozen=True)
+class Sparse:
+    """Every sparse key's lists for the same n rows, all keys' ids in one array, key-major: key k's row r is
+    ``values[offsets[k, r]:offsets[k, r + 1]]``. Two keys, three rows::
 
-    def select(self, rows: np.ndarray | None) -> tuple[np.ndarray | slice, np.ndarray]:
-        """Where ``rows`` (None: all, in order) find their values, and their lengths.
+        offsets = [[0, 2, 2, 3],       topics:  [7, 9]  []  [4]
+                   [3, 4, 6, 7]]       regions: [1]  [2, 3]  [5]
+        values  = [7, 9, 4, 1, 2, 3, 5]
 
-        The index runs up by one inside a row and jumps between rows, so it is the running sum
-        of ones with each non-empty row's jump at its first position (one pass, no ``np.repeat``).
-        """
-        if rows is None:
-            return slice(int(self.offsets[0]), int(self.offsets[-1])), self.lengths
-        starts, ends = _gather(self.offsets, rows), _gather(self.offsets, rows + 1)
-        lengths = ends - starts
-        at = _offsets(lengths)[:-1]
-        total = int(at[-1] + lengths[-1]) if len(rows) else 0
-        if total == 0:
-            return np.empty(0, np.int64), lengths
-        if not lengths.all():
-            filled = np.flatnonzero(lengths)
-            starts, ends, at = starts[filled], ends[filled], at[filled]
-        index = np.ones(total, np.int64)
-        index[at[1:]] = starts[1:] - ends[:-1] + 1
-        index[0] = starts[0]
-        return _cumsum(index), lengths
+    A slice of rows is a view (``offsets[:, start:stop + 1]``, its first offsets above 0); ``weights``
+    (float32, one per id, 1.0 for the ids of unweighted keys) is None when no key is weighted.
+    """
+
+    values: np.ndarray  # int64
+    offsets: np.ndarray  # int64[K, n + 1]
+    weights: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, columns: Sequence[SparseColumn], rows: int) -> Sparse:
+        offsets = np.zeros((len(columns), rows + 1), np.int64)
+        base = 0
+        for k, column in enumerate(columns):
+            offsets[k] = kernels.offsets_of(column.lengths) + base
+            base += len(column.values)
+        weighted = any(c.weights is not None for c in columns)
+        weights = [np.ones(len(c.values), np.float32) if c.weights is None else c.weights for c in columns]
+        values = [c.values for c in columns]
+        return cls(
+            np.concatenate(values).astype(np.int64, copy=False) if values else np.empty(0, np.int64),
+            offsets,
+            np.concatenate(weights).astype(np.float32, copy=False) if weighted else None,
+        )
+
+    def __getitem__(self, key: int) -> Jagged:
+        """Key ``key``'s lists alone (views)."""
+        offsets = self.offsets[key]
+        lo, hi = int(offsets[0]), int(offsets[-1])
+        weights = None if self.weights is None else self.weights[lo:hi]
+        return Jagged(self.values[lo:hi], offsets - lo, weights)
+
+    def slice(self, start: int, stop: int) -> Sparse:
+        return Sparse(self.values, self.offsets[:, start : stop + 1], self.weights)
 
     @staticmethod
-    def concat(parts: Sequence[Jagged]) -> Jagged:
+    def concat(parts: Sequence[Sparse]) -> Sparse:
         if len(parts) == 1:
             return parts[0]
-        flats = [p.flat() for p in parts]
-        weights = None if parts[0].weights is None else np.concatenate([w for _v, w in flats])
-        offsets = _offsets(np.concatenate([p.lengths for p in parts]))
-        return Jagged(np.concatenate([v for v, _w in flats]), offsets, weights)
+        return Sparse(*kernels.concat([(p.values, p.offsets, p.weights) for p in parts]))
 
 
 @dataclass(frozen=True)
@@ -112,12 +103,13 @@ class Keys:
 
 @dataclass(frozen=True)
 class Block:
-    """n transformed rows: ``dense`` float32[n, D], one :class:`Jagged` per sparse key, ``labels`` float32[n, L],
-    and ``keep`` (False where ``drop_empty`` drops the row when it is batched)."""
+    """n transformed rows: ``dense`` float32[n, D], every sparse key's lists as one :class:`Sparse`
+    (``block.sparse[k]``: key k's), ``labels`` float32[n, L], and ``keep`` (False where ``drop_empty``
+    drops the row when it is batched)."""
 
     keys: Keys
     dense: np.ndarray
-    sparse: tuple[Jagged, ...]
+    sparse: Sparse
     labels: np.ndarray
     keep: np.ndarray | None = None
 
@@ -141,24 +133,31 @@ class Block:
             raise ConfigError(f"block parts differ: dense {dense.shape} for keys {tuple(dense_keys)}, sparse and "
                               f"label columns of {sorted(counts)} rows; every part must have the same rows")  # fmt: skip
         masks = [c.keep for c in sparse.values() if c.keep is not None]
-        return cls(
-            Keys(tuple(dense_keys), tuple(sparse), tuple(labels)),
-            dense,
-            tuple(Jagged.of(c) for c in sparse.values()),
-            _matrix(labels, rows),
-            np.logical_and.reduce(masks) if masks else None,
-        )
+        keep = np.logical_and.reduce(masks) if masks else None
+        return cls.of_sparse(dense_keys, dense, tuple(sparse), Sparse.of(list(sparse.values()), rows), labels, keep)
+
+    @classmethod
+    def of_sparse(
+        cls, dense_keys: Sequence[str], dense: np.ndarray, sparse_keys: Sequence[str], sparse: Sparse,
+        labels: Mapping[str, np.ndarray], keep: np.ndarray | None = None,
+    ) -> Block:  # fmt: skip
+        """A block of a dense matrix, the sparse keys' lists already in one :class:`Sparse`, and label columns."""
+        rows = dense.shape[0]
+        if sparse.offsets.shape != (len(sparse_keys), rows + 1) or (keep is not None and keep.shape != (rows,)):
+            raise ConfigError(f"block parts differ: dense {dense.shape}, sparse offsets {sparse.offsets.shape} for "
+                              f"keys {tuple(sparse_keys)}; every part must have the same rows")  # fmt: skip
+        return cls(Keys(tuple(dense_keys), tuple(sparse_keys), tuple(labels)), dense, sparse, _matrix(labels, rows),
+                   keep)  # fmt: skip
 
     def __len__(self) -> int:
         return self.dense.shape[0]
 
     def _with(self, dense, sparse, labels, keep) -> Block:
-        return Block(self.keys, dense, tuple(sparse), labels, keep)
+        return Block(self.keys, dense, sparse, labels, keep)
 
     def slice(self, start: int, stop: int) -> Block:
         keep = None if self.keep is None else self.keep[start:stop]
-        return self._with(self.dense[start:stop], (j.slice(start, stop) for j in self.sparse),
-                          self.labels[start:stop], keep)  # fmt: skip
+        return self._with(self.dense[start:stop], self.sparse.slice(start, stop), self.labels[start:stop], keep)
 
     @staticmethod
     def concat(parts: Sequence[Block]) -> Block:
@@ -166,48 +165,32 @@ class Block:
             return parts[0]
         keeps = [p.keep for p in parts]
         keep = None if keeps[0] is None else np.concatenate(keeps)
-        sparse = (Jagged.concat([p.sparse[k] for p in parts]) for k in range(len(parts[0].keys.sparse)))
-        return parts[0]._with(np.concatenate([p.dense for p in parts]), sparse,
+        return parts[0]._with(np.concatenate([p.dense for p in parts]), Sparse.concat([p.sparse for p in parts]),
                               np.concatenate([p.labels for p in parts]), keep)  # fmt: skip
 
     def batch(self, rows: np.ndarray | None = None) -> Batch:
         """Rows ``rows`` (default: all, in order) as a :class:`Batch`, without those ``keep`` marks False.
 
-        Every value is copied once, straight into its place in the batch (sparse keys key-major).
+        Every value is copied once, straight into its place in the batch (sparse keys key-major), by one
+        compiled pass over all the keys (ingest/kernels.py).
         """
         if self.keep is not None and not self.keep.all():
-            rows = np.flatnonzero(self.keep) if rows is None else rows[_gather(self.keep, rows)]
-        dense, labels = self.dense, self.labels
-        if rows is not None:
-            dense, labels = _gather(dense, rows, axis=0), _gather(labels, rows, axis=0)  # 4x faster than [rows]
-        selected = [j.select(rows) for j in self.sparse]
-        sizes = np.cumsum([0] + [int(n.sum()) for _i, n in selected])
-        values = np.empty(sizes[-1], np.int64)
-        weighted = any(j.weights is not None for j in self.sparse)
-        weights = np.ones(sizes[-1], np.float32) if weighted else None
-        for k, (j, (where, _n)) in enumerate(zip(self.sparse, selected, strict=True)):
-            out = slice(sizes[k], sizes[k + 1])
-            _put(j.values, where, values[out])
-            if j.weights is not None:
-                _put(j.weights, where, weights[out])
-        lengths = np.concatenate([n for _i, n in selected]) if selected else np.empty(0, np.int32)
+            rows = np.flatnonzero(self.keep) if rows is None else rows[self.keep[rows]]
+        if rows is None:
+            rows = np.arange(len(self), dtype=np.int64)
+        values, lengths, weights, dense, labels = kernels.gather(
+            self.sparse.values, self.sparse.offsets, self.sparse.weights, rows, self.dense, self.labels
+        )
         return Batch(
-            dense=torch.from_numpy(np.ascontiguousarray(dense)),
+            dense=torch.from_numpy(dense),
             dense_keys=self.keys.dense,
             sparse_keys=self.keys.sparse,
             values=torch.from_numpy(values),
-            lengths=torch.from_numpy(lengths.astype(np.int32, copy=False)),
+            lengths=torch.from_numpy(lengths),
             weights=None if weights is None else torch.from_numpy(weights),
-            labels=torch.from_numpy(np.ascontiguousarray(labels)),
+            labels=torch.from_numpy(labels),
             label_keys=self.keys.labels,
         )
-
-
-def _put(source: np.ndarray, where: np.ndarray | slice, out: np.ndarray) -> None:
-    if isinstance(where, slice):
-        out[...] = source[where]
-    else:
-        _gather(source, where, out=out)
 
 
 def make_batch(

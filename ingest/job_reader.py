@@ -18,23 +18,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.block import Block
+from ingest import kernels
+from ingest.block import Block, Sparse
 from ingest.loader import SnapshotDataset
+from ingest.projected_reads import Coalescing
 from ingest.snapshot import Snapshot, open_snapshot
 from ingest.spec import JobSpec
 from ingest.transforms import (
-    SparseColumn,
     Transform,
     apply_dense_columns,
-    apply_sparse,
     needs_stats,
     parse_transforms,
     resolve_stats,
+    sparse_key,
 )
 from schemas.catalog import FEATURE_STATS, catalog_table_uri, managed_table_uri
 from schemas.errors import ConfigError, TableError
 from schemas.names import format_ds
 from schemas.registry import DatasetRegistry, Kind
+from schemas.storage import Store
 
 FEATURE_DATABASE = "featurehouse"
 
@@ -50,6 +52,9 @@ class Converter:
     dense: tuple[tuple[str, tuple[Transform, ...]], ...]
     sparse: tuple[tuple[str, tuple[Transform, ...]], ...]
     labels: tuple[tuple[str, str], ...]  # (label name, column)
+
+    def __post_init__(self) -> None:
+        kernels.warm_up()  # compiled (or loaded from the disk cache) as the reader is made, not in its first step
 
     @cached_property
     def _dense_groups(self) -> tuple[tuple[tuple[Transform, ...], tuple[int, ...]], ...]:
@@ -71,17 +76,28 @@ class Converter:
                 dense = values
             else:
                 dense[:, positions] = values
-        return Block.of_matrix(
+        keys, masks = [], []
+        for name, transforms in self.sparse:
+            key, keep = _sparse(table, name, transforms)
+            keys.append(key)
+            masks += [] if keep is None else [keep]
+        values, offsets, weights, keep = kernels.sparse_keys(keys, table.num_rows)  # every key in one pass
+        masks += [keep] if any(key.drop for key in keys) else []
+        return Block.of_sparse(
             [name for name, _ts in self.dense],
             dense,
-            {name: _sparse(table, name, ts) for name, ts in self.sparse},
+            [name for name, _ts in self.sparse],
+            Sparse(values, offsets, weights),
             {name: table.column(column).to_numpy().astype(np.float32) for name, column in self.labels},
+            np.logical_and.reduce(masks) if masks else None,
         )
 
 
-def _sparse(table: pa.Table, name: str, transforms: tuple[Transform, ...]) -> SparseColumn:
+def _sparse(
+    table: pa.Table, name: str, transforms: tuple[Transform, ...]
+) -> tuple[kernels.SparseKey, np.ndarray | None]:
     try:
-        return apply_sparse(table.column(name), transforms)
+        return sparse_key(table.column(name), transforms)
     except (ConfigError, TableError) as err:
         raise type(err)(f"sparse feature {name}: {err}") from err
 
@@ -101,13 +117,13 @@ def pooled_stats(stats: pa.Table, feature: str) -> tuple[float, float] | None:
     return overall, float(np.sqrt(variance))
 
 
-def catalog_statistics(warehouse: str, spec: JobSpec) -> pa.Table:
+def catalog_statistics(store: Store, spec: JobSpec) -> pa.Table:
     """The catalog's feature_stats rows of the spec's dataset and partitions (read with deltalake)."""
     import deltalake
 
-    uri = catalog_table_uri(warehouse, FEATURE_STATS)
+    uri = catalog_table_uri(store.warehouse, FEATURE_STATS)
     try:
-        table = deltalake.DeltaTable(uri)
+        table = deltalake.DeltaTable(uri, storage_options=store.delta_options())
     except Exception as err:  # deltalake raises several types for a missing table
         raise ConfigError(
             f"{spec.source}: standardize needs catalog statistics, but {uri} is not readable ({err}); run "
@@ -118,11 +134,11 @@ def catalog_statistics(warehouse: str, spec: JobSpec) -> pa.Table:
     return data.filter(pc.and_(pc.equal(data.column("dataset"), spec.dataset), pc.is_in(data.column("ds"), pa.array(days))))
 
 
-def make_converter(spec: JobSpec, registry: DatasetRegistry, *, warehouse: str) -> Converter:
+def make_converter(spec: JobSpec, registry: DatasetRegistry, *, warehouse: str | Store) -> Converter:
     """Parse every feature's transforms, resolving catalog statistics where ``standardize`` asks for them."""
     parsed = {f.name: parse_transforms(registry.by_name[f.name], f.transforms, source=spec.source) for f in spec.features}
     if any(needs_stats(ts) for ts in parsed.values()):
-        stats = catalog_statistics(warehouse, spec)
+        stats = catalog_statistics(as_store(warehouse), spec)
         parsed = {name: resolve_stats(ts, pooled_stats(stats, name), feature=name) for name, ts in parsed.items()}
     kinds = {name: registry.by_name[name].kind for name in parsed}
     return Converter(
@@ -139,27 +155,35 @@ class Reader:
     dataset: SnapshotDataset
 
 
+def as_store(warehouse: str | Store) -> Store:
+    """A warehouse given as a local folder (or URI) or as a :class:`Store`, as a Store."""
+    return warehouse if isinstance(warehouse, Store) else Store(warehouse=str(warehouse))
+
+
 def open_reader(
     spec: JobSpec,
     registry: DatasetRegistry,
     *,
-    warehouse: str,
+    warehouse: str | Store,
     version: int | None = None,
     rank: int = 0,
     world_size: int = 1,
 ) -> Reader:
-    """A reader of ``spec`` over the feature table under ``warehouse``, pinned at ``version`` (default: latest)."""
-    snapshot = open_snapshot(managed_table_uri(warehouse, FEATURE_DATABASE, spec.dataset), spec.days, version=version)
+    """A reader of ``spec`` over the feature table under ``warehouse`` (a local folder, or a :class:`Store`: a
+    folder or an S3 bucket with its endpoint and keys), pinned at ``version`` (default: latest)."""
+    store = as_store(warehouse)
+    location = managed_table_uri(store.warehouse, FEATURE_DATABASE, spec.dataset)
+    snapshot = open_snapshot(location, spec.days, version=version, store=store if store.on_s3 else None)
     if not snapshot.files:
         raise ConfigError(
             f"{spec.source}: table {FEATURE_DATABASE}.{spec.dataset} has none of the partitions "
             f"{format_ds(spec.days[0])} .. {format_ds(spec.days[-1])} at version {snapshot.version}"
         )
-    converter = make_converter(spec, registry, warehouse=warehouse)
+    converter = make_converter(spec, registry, warehouse=store)
     columns = [*spec.feature_names, *(column for _label, column in converter.labels)]
     dataset = SnapshotDataset(
         snapshot, registry, columns, batch_size=spec.batch_size, shuffle_buffer=spec.shuffle_buffer,
         seed=spec.seed, drop_last=spec.drop_last, rank=rank,
-        world_size=world_size, convert=converter,
+        world_size=world_size, convert=converter, coalescing=Coalescing(gap=spec.read_gap),
     )  # fmt: skip
     return Reader(spec, snapshot, dataset)

@@ -33,6 +33,7 @@ Null lists have length 0; a null id (or a null weighted entry, id or weight) is 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -43,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from ingest import kernels
 from schemas.errors import ConfigError, TableError
 from schemas.registry import Feature, Kind
 
@@ -125,7 +127,7 @@ class Log1p:
                 "put {clamp: [0, hi]} (or any lo > -1) before log1p in the feature's transforms"
             )
         # torch's log1p is vectorized with AVX2 (Sleef); numpy's only with AVX-512, and 6x slower without it
-        torch.from_numpy(x).log1p_()  # in place; x holds no NaN, as apply_dense makes sure
+        torch.from_numpy(x).log1p_()  # in place
         return x
 
 
@@ -157,37 +159,11 @@ class Standardize:
 
 # --- sparse transforms: SparseColumn in, SparseColumn out ---
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_SHIFTS = (np.uint64(30), np.uint64(27), np.uint64(31))
-_CHUNK = 1 << 15  # ids hashed at a time: 256 KiB of uint64 and its scratch stay in L2 through every pass
-
-
 def splitmix64(ids: np.ndarray, buckets: int | None = None) -> np.ndarray:
     """The splitmix64 finalizer of each id's 64 bits (uint64 out), ``% buckets`` when given;
-    ``splitmix64([0]) == [0xE220A8397B1DCDAF]``.
-
-    Computed in place on one copy of ``ids``, a cache-sized chunk at a time with one scratch buffer: the
-    passes then stay in cache and allocate nothing (3x faster than whole-array numpy expressions).
+    ``splitmix64([0]) == [0xE220A8397B1DCDAF]``. One compiled pass over a copy of ``ids`` (ingest/kernels.py).
     """
-    z = np.array(ids, dtype=np.int64).view(np.uint64)  # the copy the result is computed in
-    scratch = np.empty(min(len(z), _CHUNK), dtype=np.uint64)
-    n = None if buckets is None else np.uint64(buckets)
-    with np.errstate(over="ignore"):
-        for start in range(0, len(z), _CHUNK):
-            chunk = z[start : start + _CHUNK]
-            tmp = scratch[: len(chunk)]
-            chunk += _GOLDEN
-            for shift, factor in zip(_SHIFTS, (_MIX1, _MIX2, None), strict=True):
-                np.right_shift(chunk, shift, out=tmp)
-                chunk ^= tmp
-                if factor is not None:
-                    chunk *= factor
-            if n is not None:  # chunk - chunk // n * n: numpy divides by a scalar with SIMD, remainder it does not (3x)
-                np.floor_divide(chunk, n, out=tmp)
-                tmp *= n
-                chunk -= tmp
-    return z
+    return kernels.splitmix64(ids, buckets)
 
 
 @dataclass(frozen=True)
@@ -380,55 +356,85 @@ def apply_dense(array: pa.Array | pa.ChunkedArray, transforms: Sequence[Transfor
 
 def apply_dense_columns(arrays: Sequence[pa.Array | pa.ChunkedArray], transforms: Sequence[Transform]) -> np.ndarray:
     """Dense columns of B rows that share their transforms, through them: float32[B, len(arrays)], one
-    column per array, no nulls or NaN left. One numpy call per transform for all of them.
+    column per array, no nulls or NaN left. One compiled pass for all of them between each two ``log1p``
+    (ingest/kernels.py), which read the Arrow buffers in place; ``log1p`` itself is torch's.
 
     Every transform maps a missing value (null or NaN) to a missing value except ``fill``, so a
-    missing row's result is the same everywhere: the transforms applied to one NaN. The columns
-    go through them with their missing rows at 0.0 (a value every transform accepts), and those
-    rows then get that one result. Numpy's vectorized math slows down several times on NaN lanes,
-    so this is 2x faster than carrying the NaN through, and gives the same values.
+    missing row's result is the same everywhere: the transforms applied to one NaN. The kernels
+    carry a missing value as NaN through the other transforms and write that one result in its place.
     """
     for transform in transforms:
         if not isinstance(transform, DENSE_TRANSFORMS):
             raise ConfigError(f"{transform!r} is not a dense transform; dense ones are {_DENSE_HELP}")
+    transforms = tuple(transforms)
+    programs, missing = _dense_program(transforms)
     rows = len(arrays[0]) if arrays else 0
-    x = np.empty((len(arrays), rows), dtype=np.float64)  # one row per column: each copy is contiguous
-    masks = []
-    for i, array in enumerate(arrays):
+    columns, held = [], []
+    for array in arrays:
         if not (pa.types.is_floating(array.type) or pa.types.is_integer(array.type)):
             raise TableError(f"dense column has Arrow type {array.type}; a dense feature is float32 or float64")
         array = _combined(array)
-        x[i] = pc.fill_null(array, pa.scalar(0, array.type)).to_numpy()
-        masks.append(_null_mask(array))
-    missing = None if all(m is None for m in masks) else np.stack([np.zeros(rows, bool) if m is None else m for m in masks])
-    nan = np.isnan(x)
-    if nan.any():  # NaN stored as a value: missing too
-        x[nan] = 0.0
-        missing = nan if missing is None else missing | nan
-    for transform in transforms:
-        if not isinstance(transform, Fill):  # nothing left to fill
-            x = transform(x)
-    if missing is not None and missing.any():
-        value = np.full(1, np.nan)
-        for transform in transforms:
-            value = transform(value)
-        np.putmask(x, missing, value)  # 1.5x faster than copyto(where=)
-    out = x.T.astype(np.float32, order="C")
-    if np.isnan(out).any():
+        if not (pa.types.is_float32(array.type) or pa.types.is_float64(array.type)):
+            array = pc.cast(array, pa.float64(), safe=False)  # as numpy converts: to the nearest float64
+        held.append(array)  # the kernels read its buffers
+        columns.append(_dense_buffers(array))
+    if rows == 0:
+        return np.empty((0, len(arrays)), dtype=np.float32)
+    out, bad = kernels.dense_columns(columns, rows, programs, missing, _log1p)
+    if bad:
         raise ConfigError(
-            f"dense transforms {tuple(transforms)!r} leave {int(np.isnan(out).sum())} nulls; end them with a Fill "
+            f"log1p got {bad} values <= -1 (smallest {np.nanmin(out)}); it needs values > -1: "
+            "put {clamp: [0, hi]} (or any lo > -1) before log1p in the feature's transforms"
+        )
+    if math.isnan(missing) and np.isnan(out).any():
+        raise ConfigError(
+            f"dense transforms {transforms!r} leave {int(np.isnan(out).sum())} nulls; end them with a Fill "
             "(parse_transforms does)"
         )
     return out
 
 
-def _null_mask(array: pa.Array) -> np.ndarray | None:
-    """True where ``array`` is null (None when nothing is), unpacked from its validity bitmap."""
-    if array.null_count == 0:
-        return None
-    bits = np.frombuffer(array.buffers()[0], dtype=np.uint8)
-    valid = np.unpackbits(bits, count=array.offset + len(array), bitorder="little")[array.offset :]
-    return valid == 0
+_LOG1P_PIECE = 2048  # torch's grain for log1p: a piece this size runs on the calling thread
+
+
+def _log1p(x: np.ndarray) -> None:
+    """In place, with torch: vectorized with AVX2 (numpy's log1p is only with AVX-512, and 6x slower without it),
+    and the function the values were made with before the kernels (numba's, LLVM's, differs in the last bit).
+
+    In pieces of 2048 values, one C++ loop over them: on a whole row group torch forks its OpenMP threads
+    and joins them, which on 2 cores with the read-ahead thread decoding on the other took 15x the time of
+    the log1p itself (10 columns of 12,500 rows: 6.7 ms against 0.43 ms). Same values, piece by piece.
+    """
+    torch._foreach_log1p_(torch.from_numpy(x).view(-1).split(_LOG1P_PIECE))
+
+
+@functools.lru_cache(maxsize=256)
+def _dense_program(transforms: tuple[Transform, ...]) -> tuple[tuple[np.ndarray, ...], float]:
+    """The kernels' programs of ``transforms`` (the runs of clamps and standardizes between each two log1p;
+    a fill changes missing values only) and the value every missing one ends as."""
+    programs: list[list[tuple[float, float, float]]] = [[]]
+    for transform in transforms:
+        if isinstance(transform, Log1p):
+            programs.append([])
+        elif isinstance(transform, Clamp):
+            programs[-1].append((kernels.CLAMP, transform.lo, transform.hi))
+        elif isinstance(transform, Standardize):
+            transform(np.zeros(1))  # refuses one without statistics
+            programs[-1].append((kernels.STANDARDIZE, transform.mean, transform.stddev))
+    value = np.full(1, np.nan)
+    for transform in transforms:
+        value = transform(value)
+    return tuple(np.array(p, dtype=np.float64).reshape(len(p), 3) for p in programs), float(value[0])
+
+
+def _dense_buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """A float32 or float64 array's values (in place; a null's slot holds anything), its validity bitmap
+    (None without nulls) and the bit where its first row is."""
+    buffers = array.buffers()
+    dtype = np.float32 if pa.types.is_float32(array.type) else np.float64
+    data = np.frombuffer(buffers[1], dtype=dtype)[array.offset : array.offset + len(array)]
+    valid = np.frombuffer(buffers[0], dtype=np.uint8) if array.null_count else None
+    return data, valid, array.offset
 
 
 def _to_column(array: pa.Array | pa.ChunkedArray) -> SparseColumn:
@@ -475,10 +481,40 @@ def apply_sparse(array: pa.Array | pa.ChunkedArray, transforms: Sequence[Transfo
     ``truncate`` runs first wherever it is listed: ``hash`` maps each id alone and ``drop_empty``
     sees no list emptied by a cut of k >= 1, so the result is the same, and the cut ids are not hashed.
     """
+    key, keep = sparse_key(array, transforms)
+    values, offsets, weights, kept = kernels.sparse_keys([key], len(key.offsets) - 1)
+    return SparseColumn(values, np.diff(offsets[0]).astype(np.int32), weights, kept if key.drop else keep)
+
+
+def sparse_key(
+    array: pa.Array | pa.ChunkedArray, transforms: Sequence[Transform]
+) -> tuple[kernels.SparseKey, np.ndarray | None]:
+    """A sparse column and its transforms as :func:`ingest.kernels.sparse_keys` takes them, and the keep mask
+    of what was applied here (None when nothing was). The Arrow buffers are read in place when the column
+    has no nulls (the caller holds ``array`` while the kernels run); one hash and one truncate at most go to
+    the kernels, and any other list of transforms is applied here first, in order.
+    """
     for transform in transforms:
         if not isinstance(transform, SPARSE_TRANSFORMS):
             raise ConfigError(f"{transform!r} is not a sparse transform; sparse ones are {_SPARSE_HELP}")
+    hashes = [t.buckets for t in transforms if isinstance(t, Hash)]
+    limits = [t.k for t in transforms if isinstance(t, Truncate)]
+    drop = any(isinstance(t, DropEmpty) for t in transforms)
+    array = _combined(array)
+    if len(hashes) > 1 or len(limits) > 1:  # not from a spec (parse_transforms lists each once): one by one
+        column = _to_column(array)
+        for transform in sorted(transforms, key=lambda t: not isinstance(t, Truncate)):  # stable: the rest keep order
+            column = transform(column)
+        return kernels.SparseKey(kernels.offsets_of(column.lengths), column.values, column.weights), column.keep
+    options = {"limit": limits[0] if limits else None, "buckets": hashes[0] if hashes else None, "drop": drop}
+    list_type = array.type
+    if (
+        (pa.types.is_list(list_type) or pa.types.is_large_list(list_type))
+        and pa.types.is_int64(list_type.value_type)
+        and array.null_count == 0
+        and array.values.null_count == 0
+    ):  # the common case: offsets and ids as they are, no copy
+        return kernels.SparseKey(array.offsets.to_numpy(), array.values.to_numpy(), **options), None
     column = _to_column(array)
-    for transform in sorted(transforms, key=lambda t: not isinstance(t, Truncate)):  # stable: the rest keep order
-        column = transform(column)
-    return column
+    offsets = kernels.offsets_of(column.lengths)
+    return kernels.SparseKey(offsets, np.ascontiguousarray(column.values), column.weights, **options), None
