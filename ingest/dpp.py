@@ -27,6 +27,7 @@ first batches of a split consumed in part.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import pickle
@@ -47,8 +48,6 @@ from schemas.progress import Progress, silent
 REPORT_EVERY_S = 10.0
 #: rows a split covers at least (whole windows): larger splits read fewer chunks twice, smaller ones balance better
 SPLIT_ROWS = 65_536
-#: the map workers' actor class, as Ray names it (counted for the progress lines)
-_WORKER_CLASS = "SplitWorker"
 
 
 @dataclass(frozen=True)
@@ -124,7 +123,8 @@ class SplitWorker:
 @contextmanager
 def ray_session(address: str | None = None) -> Iterator[None]:
     """Ray for the session: connected to ``address`` (``auto``, ``ray://host:10001``, ``host:6379``), or a local
-    instance started here and stopped on exit when it is None. An already connected process keeps its connection."""
+    instance started here and stopped on exit when it is None (see :func:`_start_local_ray`: every server on the
+    loopback, no dashboard, token authentication on). An already connected process keeps its connection."""
     import ray
 
     if address is not None:
@@ -134,7 +134,7 @@ def ray_session(address: str | None = None) -> Iterator[None]:
         return
     try:
         if address is None:
-            ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+            _start_local_ray()
         else:
             ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, ValueError, RuntimeError) as err:
@@ -147,6 +147,47 @@ def ray_session(address: str | None = None) -> Iterator[None]:
         ray.shutdown()
 
 
+def _start_local_ray() -> None:
+    """A Ray instance for this process alone, reachable from this host only.
+
+    Ray's servers (the GCS, the raylet's two ports, each worker's and this driver's gRPC server, the runtime-env
+    agent) bind to the loopback only when the node's IP is 127.0.0.1; otherwise they listen on every interface.
+    ``ray.init(_node_ip_address="127.0.0.1")`` does not give that: ray.init replaces a loopback address with the
+    host's outward one, unless Ray's single-host switch is off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``, off by
+    default on macOS and Windows only, read once at import into ``ray_constants.ENABLE_RAY_CLUSTER``). It is turned
+    off for this ray.init only, so the node's IP is the loopback's; checked after, since Ray could change this.
+    The dashboard stays off. Token authentication is left to Ray, whose default for a local instance (2.60) is on:
+    ray.init sets ``RAY_AUTH_MODE=token`` for itself and the processes it starts, and keeps the token in
+    ``~/.ray/auth_token`` (made if missing); an explicit ``RAY_AUTH_MODE`` in the environment is obeyed.
+    """
+    import ray
+    from ray._private import ray_constants
+
+    single_host = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False  # node IP 127.0.0.1, not replaced by the host's outward address
+    try:
+        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = single_host
+    node_ip = ray.util.get_node_ip_address()
+    if not _is_loopback(node_ip):
+        ray.shutdown()
+        raise ConfigError(f"the local Ray instance took node address {node_ip}, not the loopback, so its servers "
+                          f"would listen on every interface (Ray {ray.__version__} ignores the single-host switch that "
+                          "Ray 2.60 honours); install ray 2.60, or start a cluster with `ray start --head` and pass "
+                          "its address with --address")  # fmt: skip
+
+
+def _is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1, or an IPv4-mapped loopback (``::ffff:127.0.0.1``, how a dual-stack socket shows it)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or (isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None
+                              and ip.ipv4_mapped.is_loopback)  # fmt: skip
+
+
 def _check_reachable(address: str) -> None:
     """Refuse a HOST:PORT (or ray://HOST:PORT) nobody listens on at once: ray.init would retry it for minutes."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -157,19 +198,6 @@ def _check_reachable(address: str) -> None:
     except OSError as err:
         raise ConfigError(f"no Ray cluster answers at {address} ({err}); start one with `ray start --head --port "
                           f"{port}` there, or leave --address out for a local Ray instance") from err  # fmt: skip
-
-
-def _alive_workers() -> int | None:
-    """Map-worker actors alive in this job (from Ray's GCS; None where it cannot say)."""
-    import ray
-    from ray._private import state
-
-    try:
-        actors = state.actors(job_id=ray.JobID.from_hex(ray.get_runtime_context().get_job_id()),
-                              actor_state_name="ALIVE")  # fmt: skip
-    except Exception:  # noqa: BLE001  # a developer API: the count is only for the progress line
-        return None
-    return sum(1 for a in actors.values() if _WORKER_CLASS in str(a.get("ActorClassName", "")))
 
 
 class DppLoader:
@@ -195,7 +223,7 @@ class DppLoader:
         self.split_rows, self.pin_memory = split_rows, pin_memory
         self.progress, self.report_every = progress or silent, report_every
         self.delivered = 0
-        self.counter = IoCounter(bytes_read=dataset.footer_bytes)  # the footers read to plan count too
+        self.counter = IoCounter(bytes_read=dataset.footer_bytes, requests=dataset.footer_requests)  # the plan's footers
         self.workers_seen: dict[str, int] = {}
         self.splits: list[Split] = []  # the running pipeline's, in order
         self.splits_done = 0
@@ -204,6 +232,7 @@ class DppLoader:
         self._until = 0  # the pipeline's splits end before this epoch
         self._split = self._index = 0  # the split and batch the next row must be
         self._started: float | None = None  # the first batch asked for
+        self.first_batch_s: float | None = None  # seconds from then to the first batch's arrival
         self._last_report = 0.0
 
     def _pipeline(self, epoch: int, delivered: int) -> Iterator[tuple[int, int, int, str, Any]]:
@@ -262,7 +291,10 @@ class DppLoader:
             batch, cost = pickle.loads(payload)
             if self.pin_memory:
                 batch = batch.pin_memory()
-            self.counter.wait_s += time.perf_counter() - started
+            arrived = time.perf_counter()
+            self.counter.wait_s += arrived - started
+            if self.first_batch_s is None:
+                self.first_batch_s = arrived - self._started
             plan = self.splits[self._split]
             if (row_epoch, first, index) != (plan.epoch, plan.first, self._index):
                 raise ConfigError(f"the preprocessing service gave batch {index} of the split at window {first} "
@@ -290,11 +322,12 @@ class DppLoader:
             return
         self._last_report = now
         elapsed = max(now - self._started, 1e-9)
-        alive = _alive_workers()
-        stall = self.counter.wait_s / elapsed
-        self.progress(f"  dpp: {'?' if alive is None else alive} workers alive, splits {self.splits_done:,} done / "
-                 f"{len(self.splits) - self.splits_done:,} pending, {self.counter.rows / elapsed:,.0f} samples/s "
-                 f"delivered, trainer stall {stall:.1%}")  # fmt: skip
+        first = "" if self.first_batch_s is None else f" ({self.first_batch_s:.1f} s of it for the first batch)"
+        workers = len(self.workers_seen)  # worker processes that delivered a batch (a restarted actor counts again)
+        self.progress(f"  dpp: {workers} worker{'' if workers == 1 else 's'} delivered batches, splits "
+                      f"{self.splits_done:,} done / {len(self.splits) - self.splits_done:,} pending, "
+                      f"{self.counter.rows / elapsed:,.0f} samples/s delivered, client wait "
+                      f"{self.counter.wait_s / elapsed:.1%}{first}")  # fmt: skip
 
     def close(self) -> None:
         """Stop the running pipeline (its workers go with it)."""

@@ -4,10 +4,12 @@
     featurehouse dpp --job jobs/ctr_demo.yaml --address auto --workers 2:8   # the cluster `ray start` made
 
 It delivers every batch of the job's epochs from the service's workers to this process (the
-session's client), printing at intervals the workers alive, the splits done and pending, the
-samples/s delivered and how much of the time the client waited, then the read's cost, and
-records the session once in ``featurehouse_catalog.feature_usage``. ``featurehouse train
---dpp`` trains from the same service.
+session's client), printing at intervals the worker processes that have delivered batches, the
+splits done and pending, the samples/s delivered and how much of the time the client waited (no
+trainer runs here: it only waits, so this is near 100%), then the read's cost, and records the
+session once in ``featurehouse_catalog.feature_usage``. ``featurehouse train --dpp`` trains from
+the same service. The local Ray instance listens on 127.0.0.1 only, with token authentication
+(see ``ingest.dpp.ray_session``).
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ from ingest.dpp import REPORT_EVERY_S, DppLoader, parse_workers, ray_session
 from ingest.job_reader import open_reader
 from ingest.read_command import record, summarize
 from ingest.spec import load_spec
-from schemas.config import POSITIVE_INT, POSITIVE_SECONDS, JobConfig, satisfies
+from schemas.config import POSITIVE_INT, POSITIVE_SECONDS, ReaderJobConfig, satisfies
 from schemas.errors import ConfigError
 from schemas.exit import run_command
 from schemas.names import format_ds
-from schemas.paths import default_home, warehouse_location
+from schemas.paths import default_home
+from schemas.storage import add_profile_argument, reader_store
 from schemas.progress import Progress
 
 
 @dataclass(frozen=True, kw_only=True)
-class DppConfig(JobConfig):
+class DppConfig(ReaderJobConfig):
     job: Path
     address: str | None = None
     workers: tuple[int, int] = (1, 2)
@@ -50,7 +53,7 @@ class DppConfig(JobConfig):
 
 def run(config: DppConfig, *, progress: Progress = print):
     spec, registry = load_spec(config.job, registry_dir=config.registry_dir)
-    warehouse = warehouse_location(config.home)
+    warehouse = reader_store(config.home, config.profile)
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
     reader = open_reader(spec, registry, warehouse=warehouse, version=config.version)
@@ -88,7 +91,8 @@ def parse_args(argv: Sequence[str] | None = None) -> DppConfig:
     parser.add_argument("--job", type=Path, required=True, help="the job spec YAML (the session's spec)")
     parser.add_argument("--address", default=None,
                         help="a running Ray cluster: auto, HOST:6379 or ray://HOST:10001 (default: start a local "
-                             "Ray instance for this command and stop it at the end)")  # fmt: skip
+                             "Ray instance for this command, listening on 127.0.0.1 only, and stop it at the "
+                             "end)")  # fmt: skip
     parser.add_argument("--workers", default="1:2", help="MIN:MAX workers the pool scales between, or N (default 1:2)")
     parser.add_argument("--epochs", type=int, default=1, help="epochs to deliver (default 1)")
     parser.add_argument("--version", type=int, default=None, help="read this Delta version (default: the latest)")
@@ -98,10 +102,11 @@ def parse_args(argv: Sequence[str] | None = None) -> DppConfig:
     parser.add_argument("--home", type=Path, default=None,
                         help="data folder holding warehouse/ (default: $FEATUREHOUSE_HOME or ./data)")  # fmt: skip
     parser.add_argument("--registry-dir", type=Path, default=None, help="folder of registry files")
+    add_profile_argument(parser)
     ns = parser.parse_args(argv)
     return DppConfig(job=ns.job, home=(ns.home or default_home()).resolve(), address=ns.address,
                      workers=parse_workers(ns.workers), epochs=ns.epochs, version=ns.version,
-                     record=not ns.no_record, registry_dir=ns.registry_dir, report_every=ns.report_every)  # fmt: skip
+                     record=not ns.no_record, registry_dir=ns.registry_dir, profile=ns.profile, report_every=ns.report_every)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """The preprocessing service on a real Ray cluster of two raylets on this machine (``ray.cluster_utils.Cluster``,
 one CPU each), over a small Delta table written with deltalake: the same batches as the in-process reader, a
-SIGKILLed worker losing and duplicating nothing, two ranks, resume, training from it, and the command.
+SIGKILLed worker losing and duplicating nothing, two ranks, resume, training from it, and the command (on the
+local Ray instance it starts itself, whose listening sockets one run is watched for: loopback only).
 
 One cluster serves the whole module; every loader starts its own actor pool on it (about 7 s here: each worker
 imports torch and pyarrow), so each test reads a few small pipelines, not many.
@@ -9,14 +10,17 @@ imports torch and pyarrow), so each test reads a few small pipelines, not many.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pyarrow as pa
 import pytest
 import torch
@@ -288,24 +292,112 @@ def test_training_from_the_service_equals_training_in_process(home, cluster):
     assert any(line.startswith("  dpp: ") and "splits" in line for line in lines)
 
 
-def test_featurehouse_dpp_runs_a_session_on_its_own_ray_and_records_it_once(home):
-    """The embedded default: without --address the command starts a local Ray instance and stops it."""
+@dataclass
+class CommandRun:
+    """What ``featurehouse dpp`` printed, and what its process tree listened on while it ran."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    usage_rows_before: int
+    listening: dict[tuple[int, str, int], str]  # (pid, address, port) -> process name
+    auth_mode: dict[str, str | None]  # gcs_server, raylet -> RAY_AUTH_MODE in its environment
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _watch(process: psutil.Process, run: CommandRun) -> None:
+    """Record ``process``'s listening TCP sockets, and a gcs_server's or raylet's RAY_AUTH_MODE."""
+    try:
+        name = process.name()
+        connections = (process.net_connections if hasattr(process, "net_connections") else process.connections)("tcp")
+        if name in ("gcs_server", "raylet") and name not in run.auth_mode:
+            run.auth_mode[name] = process.environ().get("RAY_AUTH_MODE")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone between the listing and the look
+        return
+    for c in connections:
+        if c.status == psutil.CONN_LISTEN:
+            run.listening[(process.pid, c.laddr.ip, c.laddr.port)] = name
+
+
+@pytest.fixture(scope="module")
+def command_run(home, tmp_path_factory) -> CommandRun:
+    """``featurehouse dpp`` on its own Ray (the embedded default: no --address), its process tree's listening
+    sockets sampled every 0.2 s while it runs (the Ray processes are its children and grandchildren)."""
     import deltalake
 
     from schemas.catalog import FEATURE_USAGE, catalog_table_uri
 
     usage = catalog_table_uri(str(home / "warehouse"), FEATURE_USAGE)
-    before = deltalake.DeltaTable(usage).to_pyarrow_table().num_rows
-    done = subprocess.run(
-        [sys.executable, "-m", "featurehouse.cli", "dpp", "--job", str(home / "job.yaml"), "--home", str(home),
-         "--registry-dir", str(home / "registry"), "--workers", "1:2", "--epochs", "2", "--report-every", "1"],
-        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    out = tmp_path_factory.mktemp("dpp_command")
+    run = CommandRun(0, "", "", deltalake.DeltaTable(usage).to_pyarrow_table().num_rows, {}, {})
+    with open(out / "stdout", "w") as stdout, open(out / "stderr", "w") as stderr:  # files: a full pipe blocks it
+        command = subprocess.Popen(
+            [sys.executable, "-m", "featurehouse.cli", "dpp", "--job", str(home / "job.yaml"), "--home", str(home),
+             "--registry-dir", str(home / "registry"), "--workers", "1:2", "--epochs", "2", "--report-every", "1"],
+            stdout=stdout, stderr=stderr, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        deadline = time.monotonic() + 300
+        try:
+            while command.poll() is None and time.monotonic() < deadline:
+                for process in _tree(command.pid):
+                    _watch(process, run)
+                time.sleep(0.2)
+        finally:
+            if command.poll() is None:
+                command.kill()  # its Ray processes follow: Ray's reaper stops them when their driver dies
+            run.returncode = command.wait()
+    run.stdout, run.stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+    return run
+
+
+def test_featurehouse_dpp_runs_a_session_on_its_own_ray_and_records_it_once(home, command_run):
+    """The embedded default: without --address the command starts a local Ray instance and stops it."""
+    import deltalake
+
+    from schemas.catalog import FEATURE_USAGE, catalog_table_uri
+
+    done = command_run
     assert done.returncode == 0, done.stderr[-3000:]
     assert "dpp dpp-job: dpp version" in done.stdout and "2 epochs of 20 batches" in done.stdout
     assert "40 batches, 8,000 rows" in done.stdout and "splits 0 done / 0 pending" not in done.stdout
-    after = deltalake.DeltaTable(usage).to_pyarrow_table()
-    assert after.num_rows == before + 1
+    # Each epoch's last line: the worker processes that delivered batches (not Ray's count of actors alive, which
+    # said 0 once the pool had finished), and the client's wait rather than a trainer's stall (no trainer runs).
+    ends = [line for line in done.stdout.splitlines() if line.startswith("  dpp: ") and "/ 0 pending" in line]
+    made_by = re.search(r"made by (\d+) worker process", done.stdout)
+    assert ends and made_by and int(made_by.group(1)) >= 1, done.stdout
+    delivered = [int(re.match(r"  dpp: (\d+) workers? delivered batches, ", line).group(1)) for line in ends]
+    assert 1 <= delivered[-1] == int(made_by.group(1)), done.stdout  # the same workers the summary names
+    assert all(re.search(r"client wait \d+\.\d%", line) and "trainer" not in line for line in ends), ends
+    after = deltalake.DeltaTable(catalog_table_uri(str(home / "warehouse"), FEATURE_USAGE)).to_pyarrow_table()
+    assert after.num_rows == done.usage_rows_before + 1
     record = after.to_pylist()[-1]
     assert record["job_id"] == "dpp-job" and record["rows_read"] == 8000 and record["batches"] == 40
     assert record["bytes_read"] > 0 and record["features"] == ["d0", "d1", "ids"] and record["decode_s"] > 0
+
+
+def test_the_embedded_ray_listens_on_the_loopback_only_with_token_auth(command_run):
+    """Every TCP socket the command's Ray instance (GCS, raylet, workers, the driver) listened on while the session
+    ran is on 127.0.0.1 or ::1 (or ::ffff:127.0.0.1, a dual-stack socket's view of it), and the instance's servers
+    run with token authentication."""
+    import ipaddress
+
+    assert command_run.returncode == 0, command_run.stderr[-3000:]
+    names = set(command_run.listening.values())
+    # The sampling saw the instance's servers and a worker: the check below is not over an empty list.
+    assert {"gcs_server", "raylet"} <= names and any(n.startswith("ray::") for n in names), command_run.listening
+
+    def loopback(address: str) -> bool:
+        ip = ipaddress.ip_address(address)
+        return ip.is_loopback or bool(getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)
+
+    outside = sorted(f"{name} pid {pid} on {address}:{port}" for (pid, address, port), name in
+                     command_run.listening.items() if not loopback(address))  # fmt: skip
+    assert not outside, "\n".join(outside)
+    assert command_run.auth_mode == {"gcs_server": "token", "raylet": "token"}
