@@ -89,7 +89,20 @@ class IoCounter:
         return out
 
 
-class CountingFile:
+class _ReadOnlyFile:
+    """What pyarrow asks of a Python file object besides reading, seeking and its size."""
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+
+class CountingFile(_ReadOnlyFile):
     """A read-only file object over a pyarrow input file that counts every byte read."""
 
     def __init__(self, raw: pa.NativeFile, counter: IoCounter) -> None:
@@ -125,15 +138,6 @@ class CountingFile:
 
     def size(self) -> int:
         return self._raw.size()
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
 
     def close(self) -> None:
         self._raw.close()
@@ -246,7 +250,7 @@ def chunk_ranges(metadata: pq.FileMetaData, row_group: int, physical: Sequence[s
     return out
 
 
-class FetchedRanges:
+class FetchedRanges(_ReadOnlyFile):
     """A file's byte ranges fetched ahead (each in one request), served to pyarrow from memory.
 
     pyarrow reads a column chunk whole, from where the footer says it starts; a read outside what was
@@ -282,15 +286,6 @@ class FetchedRanges:
 
     def size(self) -> int:
         return self._handle.size()
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
 
     def close(self) -> None:
         self.closed = True
