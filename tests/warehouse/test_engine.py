@@ -258,7 +258,7 @@ def test_a_dead_clients_session_is_closed(home):
     while read_json(files.heartbeat)["sessions"] and time.monotonic() < deadline:
         time.sleep(0.5)
     assert read_json(files.heartbeat)["sessions"] == 0
-    assert f"client pid {client.pid} is gone; closing its session" in files.log.read_text()
+    assert f"client pid {client.pid} is gone; closed its session" in files.log.read_text()
 
 
 def test_new_code_restarts_an_idle_engine_and_leaves_a_busy_one(home):

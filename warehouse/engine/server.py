@@ -110,9 +110,10 @@ class Heart:
         for info in (active.apply(i) for i in range(active.size())):
             pid = client_pid(info.userId())
             if pid is not None and not psutil.pid_exists(pid):
-                print(f"featurehouse engine: client pid {pid} is gone; closing its session {info.sessionId()}",
-                      flush=True)  # fmt: skip
+                # closed first, said after: the line means its operations are interrupted and its queries stopped
                 self.sessions.closeSession(info.key(), getattr(self.sessions, "closeSession$default$2")())
+                print(f"featurehouse engine: client pid {pid} is gone; closed its session {info.sessionId()} (its "
+                      "operations interrupted, its streaming queries stopped)", flush=True)  # fmt: skip
             else:
                 live += 1
         return live
