@@ -154,11 +154,8 @@ def open_counted(uri: str, counter: IoCounter, store: Store | None = None) -> It
         else:
             filesystem, path = pafs.FileSystem.from_uri(uri if "://" in uri else f"file://{uri}")
             raw = filesystem.open_input_file(path)
-    except FileNotFoundError as err:
-        raise TableError(f"cannot open data file {uri}: {err}; the Delta log lists it, so it was removed by hand "
-                         "or the table is being vacuumed") from err  # fmt: skip
     except (OSError, ValueError) as err:
-        if store is not None and store.on_s3:
+        if store is not None and store.on_s3 and not isinstance(err, FileNotFoundError):  # the store, not the file
             raise store.unreachable(uri, err) from err
         raise TableError(f"cannot open data file {uri}: {err}; the Delta log lists it, so it was removed by hand "
                          "or the table is being vacuumed") from err  # fmt: skip
