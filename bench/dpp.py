@@ -33,6 +33,7 @@ import torch
 from bench.trainer_stall import Setup, bench_table_setup, job_setup, train
 from ingest.dpp import DppLoader, ray_session
 from ingest.loader import ResumableLoader
+from trainer.models import IMPLEMENTATIONS, choose
 from trainer.train import pick_device
 
 #: published DLRM training rates one trainer consumes, samples/s, for the capacity model
@@ -102,24 +103,24 @@ def median_of(runs: list[dict], key: str) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
-def memory_batches(setup: Setup, device: torch.device) -> list:
+def memory_batches(setup: Setup, device: torch.device, model: str) -> list:
     """16 batches of the reader on ``device``, for the ceiling; the model's steps warmed on them (not counted)."""
     memory = [b.to(device) for b in itertools.islice(endless(ResumableLoader(setup.data)), 16)]
-    train(itertools.cycle(memory), setup, device, 3)  # the allocator and kernels, before any clock
+    train(itertools.cycle(memory), setup, device, 3, model)  # the allocator and kernels, before any clock
     return memory
 
 
 class TrainingFedBy:
     """``steps`` DLRM steps fed by a fresh loader from ``make``, its pipeline (or workers) started before the clock."""
 
-    def __init__(self, make: Callable[[], object], setup: Setup, device: torch.device, steps: int) -> None:
-        self.make, self.setup, self.device, self.steps = make, setup, device, steps
+    def __init__(self, make: Callable[[], object], setup: Setup, device: torch.device, steps: int, model: str) -> None:
+        self.make, self.setup, self.device, self.steps, self.model = make, setup, device, steps, model
 
     def __call__(self) -> dict:
         loader = self.make()
         feed = endless(loader)
         next(feed)  # the pipeline (or the workers) started before the clock
-        result = train(feed, self.setup, self.device, self.steps)
+        result = train(feed, self.setup, self.device, self.steps, self.model)
         feed.close()
         loader.close()
         return result | {"seconds": result["wait"] + result["compute"]}
@@ -128,16 +129,16 @@ class TrainingFedBy:
 class TrainingInMemory:
     """``steps`` DLRM steps on batches already on the device: the ceiling."""
 
-    def __init__(self, memory: list, setup: Setup, device: torch.device, steps: int) -> None:
-        self.memory, self.setup, self.device, self.steps = memory, setup, device, steps
+    def __init__(self, memory: list, setup: Setup, device: torch.device, steps: int, model: str) -> None:
+        self.memory, self.setup, self.device, self.steps, self.model = memory, setup, device, steps, model
 
     def __call__(self) -> dict:
-        result = train(itertools.cycle(self.memory), self.setup, self.device, self.steps)
+        result = train(itertools.cycle(self.memory), self.setup, self.device, self.steps, self.model)
         return result | {"seconds": result["wait"] + result["compute"]}
 
 
 def section(work: Path, *, rows: int = 200_000, steps: int = 60, runs: int = 3, local_workers=(0, 1, 2),
-            dpp_workers=(1, 2), embedding_dim: int = 16, batch: int = 8192) -> dict:  # fmt: skip
+            dpp_workers=(1, 2), embedding_dim: int = 16, batch: int = 8192, model: str = "auto") -> dict:  # fmt: skip
     """DLRM steps fed by the in-process reader (its batching thread, DataLoader workers) and by DPP's Ray workers,
     against the same steps on batches already in memory: samples/s and the stall fraction against workers."""
     import argparse
@@ -147,19 +148,20 @@ def section(work: Path, *, rows: int = 200_000, steps: int = 60, runs: int = 3, 
     ns = argparse.Namespace(rows=rows, codec="snappy", out=work, embedding_dim=embedding_dim, batch_size=batch)
     setup = bench_table_setup(ns)
     device = pick_device("auto")
-    say(f"stall: {setup.describe}, {steps} steps a run on {device}")
-    memory = memory_batches(setup, device)
+    model, why = choose(model)
+    say(f"stall: {setup.describe}, {steps} steps a run on {device}, {why}")
+    memory = memory_batches(setup, device, model)
     epochs = -(-steps // len(setup.data)) + 1  # one pipeline for all the steps
-    feeders = {"in-memory batches (ceiling)": TrainingInMemory(memory, setup, device, steps)}
-    feeders |= {f"reader, {w} DataLoader workers": TrainingFedBy(InProcessLoaders(setup, w, epochs), setup, device, steps)
-                for w in local_workers}  # fmt: skip
-    feeders |= {f"DPP, {w} Ray workers": TrainingFedBy(DppLoaders(setup, w, epochs), setup, device, steps)
+    feeders = {"in-memory batches (ceiling)": TrainingInMemory(memory, setup, device, steps, model)}
+    feeders |= {f"reader, {w} DataLoader workers": TrainingFedBy(InProcessLoaders(setup, w, epochs), setup, device,
+                                                                 steps, model) for w in local_workers}  # fmt: skip
+    feeders |= {f"DPP, {w} Ray workers": TrainingFedBy(DppLoaders(setup, w, epochs), setup, device, steps, model)
                 for w in dpp_workers}  # fmt: skip
     with ray_session(None):
         runs_ = rounds(feeders, runs, label="stall: ")
     ceiling = runs_["in-memory batches (ceiling)"]
     out: dict = {"describe": setup.describe, "device": str(device), "steps": steps, "torch_threads": torch.get_num_threads(),
-                 "feeders": {}}  # fmt: skip
+                 "model": why, "feeders": {}}  # fmt: skip
     for label, r in runs_.items():
         out["feeders"][label] = {"samples_per_s": figure(r, "samples_per_s"), "stall": figure(r, "stall"),
                                  "of_ceiling": figure([{"v": x["samples_per_s"] / c["samples_per_s"]}
@@ -168,7 +170,8 @@ def section(work: Path, *, rows: int = 200_000, steps: int = 60, runs: int = 3, 
 
 
 def section_report(out: dict) -> str:
-    lines = [f"Stall: {out['describe']}; {out['steps']} steps on {out['device']}, {out['torch_threads']} torch threads"]
+    lines = [f"Stall: {out['describe']}; {out.get('model', 'DLRM')}; {out['steps']} steps on {out['device']}, "
+             f"{out['torch_threads']} torch threads"]
     for label, f in out["feeders"].items():
         s, st, oc = f["samples_per_s"], f["stall"], f["of_ceiling"]
         lines.append(f"  {label:<32} {s['median']:>9,.0f} [{s['min']:,.0f}..{s['max']:,.0f}] samples/s, stall "
@@ -198,9 +201,9 @@ def print_delivery(delivery: dict[str, list[dict]], epochs: int, samples: int) -
               f"{steady / base:.2f}x in process; first batch after {first:.2f}s")  # fmt: skip
 
 
-def training_runs(setup: Setup, device: torch.device, steps: int, repeat: int) -> dict[str, list[dict]]:
+def training_runs(setup: Setup, device: torch.device, steps: int, repeat: int, model: str) -> dict[str, list[dict]]:
     """``steps`` DLRM steps on in-memory batches and fed by every contender, ``repeat`` times after a warm-up."""
-    memory = memory_batches(setup, device)
+    memory = memory_batches(setup, device, model)
     feeders = contenders(setup, -(-steps // len(setup.data)) + 1)  # one pipeline for all the steps
     training: dict[str, list[dict]] = {label: [] for label in ["in-memory batches (ceiling)", *feeders]}
     for rep in range(repeat + 1):
@@ -211,7 +214,7 @@ def training_runs(setup: Setup, device: torch.device, steps: int, repeat: int) -
                 next(feed)  # the pipeline (or the workers) started before the clock
             else:
                 loader, feed = None, itertools.cycle(memory)
-            result = train(feed, setup, device, steps)
+            result = train(feed, setup, device, steps, model)
             if loader is not None:
                 feed.close()
                 loader.close()
@@ -254,16 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60, help="training steps per training run")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("/tmp/featurehouse-bench"))
+    parser.add_argument("--model", choices=IMPLEMENTATIONS, default="auto",
+                        help="the DLRM trained (default auto: TorchRec's where it loads)")
     ns = parser.parse_args(argv)
     device = pick_device("auto")
+    model, why = choose(ns.model)
     setup = job_setup(ns) if ns.job else bench_table_setup(ns)
     batches = len(setup.data)
-    print(f"{setup.describe}; {batches} batches an epoch; {torch.get_num_threads()} torch compute threads; "
+    print(f"{setup.describe}; {why}; {batches} batches an epoch; {torch.get_num_threads()} torch compute threads; "
           f"median of {ns.repeat} alternating runs after a warm-up (min .. max)")
     with ray_session(None):
         delivery = delivery_runs(setup, ns.epochs, ns.repeat)
         print_delivery(delivery, ns.epochs, batches * ns.batch_size)
-        ceiling = print_training(training_runs(setup, device, ns.steps, ns.repeat), ns.steps, device)
+        ceiling = print_training(training_runs(setup, device, ns.steps, ns.repeat, model), ns.steps, device)
     print_capacity(delivery, ceiling)
     return 0
 
