@@ -68,7 +68,12 @@ class Batch:
         return replace(self, **{name: fn(t) for name, t in tensors.items() if isinstance(t, torch.Tensor)})
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """The batch on ``device`` (every tensor moved; keys shared)."""
+        """The batch on ``device`` (every tensor moved; keys shared): itself where it is there already (the CPU
+        trainer's every step: no new Batch, no shape checks again)."""
+        device = torch.device(device)
+        if all(t.device == device for t in (self.dense, self.values, self.lengths, self.labels, self.weights)
+               if t is not None):  # fmt: skip
+            return self
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Batch:
