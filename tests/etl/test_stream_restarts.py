@@ -31,6 +31,7 @@ from pyspark.testing import assertDataFrameEqual
 from etl.stream import job as stream
 from etl.stream.tables import StreamTables
 from etl.stream.publish import in_process_publisher
+from warehouse.tables import persisted
 from tests.etl.stream_world import (
     DATASET,
     DAY,
@@ -145,6 +146,11 @@ def _txn_versions(table: str) -> set[int]:
 KILL_POINTS = {"staged": "staged:1", "between": "between:1", "publishing": "published"}
 
 
+def _killed_streams(home: Path) -> Path:
+    """The stream folder of the kill run of ``home`` as the kill left it."""
+    return Path(home).parent / "killed_streams"
+
+
 @pytest.fixture(scope="module")
 def killed(kill_logs, tmp_path_factory):
     """The three kill runs, started together, each in a session of its own and killed by the test-only hook:
@@ -156,12 +162,17 @@ def killed(kill_logs, tmp_path_factory):
       Python worker (``foreachBatch``) and kills the engine, not the client, which must say so and exit;
     * ``publishing``: the base logs and the label-side logs in one micro-batch, which closes day 1; stream-publish
       (a process of its own, killed with the stream) has replaced day 1's partition and not recorded its decision.
-    The stream of ``publishing`` is the documented spark-submit command line.
+    The stream of ``publishing`` is the documented spark-submit command line. It is the longest of the three (a
+    micro-batch, then a process that starts the home's engine and publishes on it), so it starts first.
+
+    Each run's stream folder is also kept as the kill left it (``<point>/killed_streams``): the restarts copy
+    that, since the continuous test goes on in the ``publishing`` home itself.
     """
     logs, registry_dir, _ = kill_logs
     root = tmp_path_factory.mktemp("killed")
     runs = {}
-    for point, hook in KILL_POINTS.items():
+    for point in sorted(KILL_POINTS, key=lambda p: p != "publishing"):
+        hook = KILL_POINTS[point]
         home, landing = root / point / "home", root / point / "landing"
         _put(logs, "base", landing)
         if point == "publishing":
@@ -178,14 +189,21 @@ def killed(kill_logs, tmp_path_factory):
             command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True))  # fmt: skip
     out = {}
-    for point, (home, landing, command, process) in runs.items():
-        output = process.communicate(timeout=400)[0]
-        if point == "between":  # the engine was killed under its client
-            assert process.returncode == 2, f"{point}: exit {process.returncode}\n{output[-3000:]}"
-            assert f"the engine for {home.resolve()} stopped while this command ran" in output, output[-3000:]
-        else:
-            assert process.returncode == -signal.SIGKILL, f"{point}: exit {process.returncode}\n{output[-3000:]}"
-        out[point] = (home, landing, command, output)
+    try:
+        for point in KILL_POINTS:  # the shorter runs first: their output is read as they end
+            home, landing, command, process = runs[point]
+            output = process.communicate(timeout=400)[0]
+            if point == "between":  # the engine was killed under its client
+                assert process.returncode == 2, f"{point}: exit {process.returncode}\n{output[-3000:]}"
+                assert f"the engine for {home.resolve()} stopped while this command ran" in output, output[-3000:]
+            else:
+                assert process.returncode == -signal.SIGKILL, f"{point}: exit {process.returncode}\n{output[-3000:]}"
+            shutil.copytree(Path(home) / "streams", _killed_streams(home))
+            out[point] = (home, landing, command, output)
+    finally:  # a run left behind by a failure here goes, with its process group
+        for *_, process in runs.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
     return out
 
 
@@ -218,14 +236,23 @@ def streamed_records(streamed, spark) -> list[tuple]:
     return _relative(StreamTables(streamed[0].home, DATASET).read(spark, "records"))
 
 
+@pytest.fixture(scope="module")
+def batch_day(spark):
+    """The batch job's partition of day 1 (``_batch_day``), read once and kept in this session's memory: the
+    partition every restart's published day 1 is compared with."""
+    with persisted(_batch_day(spark)) as rows:
+        rows.count()
+        yield rows
+
+
 def _check_restart(spark, home: Path, table, landing: Path, late: dict | None, streamed_records: list[tuple],
-                   label: str) -> None:  # fmt: skip
+                   batch_day, label: str) -> None:  # fmt: skip
     """After a restart: day 1 decided once and equal to batch, no other day decided, every record of the landing
     zone staged once (as the uninterrupted stream staged it), the late label (if planted) alone in late labels."""
     tables = StreamTables(home, KILLED)
     days = [(r.ds, r.decision) for r in tables.read(spark, "days").collect()]
     assert days == [(DS, "published")], label
-    assertDataFrameEqual(table.where(F.col("ds") == DS), _batch_day(spark))
+    assertDataFrameEqual(table.where(F.col("ds") == DS), batch_day)
     files = {str(p.relative_to(landing)) for p in landing.rglob("*.jsonl")}
     expected = [r for r in streamed_records if r[1] in files]
     expected += [("label", str(p.relative_to(landing)), 1, "no-such-impression", "click", DAY5)
@@ -235,37 +262,6 @@ def _check_restart(spark, home: Path, table, landing: Path, late: dict | None, s
     assert lates == ([(late["impression_id"], "click", pytest.approx(300.0))] if late else []), label
     quarantined = [(r.source_file, r.line) for r in tables.read(spark, "quarantine").select("source_file", "line").collect()]
     assert len(quarantined) == len(set(quarantined)) == 6, label
-
-
-RESTARTS = {"impressions": ("impressions",), "labels": ("labels",), "both": ("impressions", "labels")}
-
-
-@pytest.mark.parametrize("point", list(KILL_POINTS))
-def test_restart_after_kill_publishes_every_closed_day_once(point, killed, kill_logs, streamed_records, spark,
-                                                            tmp_path_factory):  # fmt: skip
-    """For each kill point, three restarts with the same arguments from copies of the killed stream's folder: new
-    records on the impression side only, the label side only, both; in this session (its metastore)."""
-    logs, registry_dir, late = kill_logs
-    home, landing, _, _ = killed[point]
-    sides = {name: tuple("late" if (point == "publishing" and s == "labels") else s for s in parts)
-             for name, parts in RESTARTS.items()}  # after a kill in publishing, the labels' new record is a late one
-    copies = {}
-    for name in sides:
-        copies[name] = tmp_path_factory.mktemp(f"restart_{point}_{name}")
-        shutil.copytree(Path(home) / "streams", copies[name] / "streams")
-    for name, parts in sides.items():
-        added = [f for part in parts for f in _put(logs, part, landing)]
-        try:
-            planted = late if "late" in parts else None
-            argv = _stream_args(copies[name], landing, registry_dir)
-            config = stream.parse_args(argv)
-            summary = stream.run(spark, config, publisher=in_process_publisher(spark, config))
-            assert summary.published == [f"through {DS}"] and summary.closed_through == DAY, f"{point}/{name}"
-            _check_restart(spark, copies[name], spark.table(f"featurehouse.{KILLED}"), landing, planted,
-                           streamed_records, f"{point}/{name}")  # fmt: skip
-        finally:
-            for f in added:
-                f.unlink()
 
 
 def _follow(process: subprocess.Popen) -> list[str]:
@@ -287,11 +283,15 @@ def _batch_ids(checkpoint: Path, folder: str) -> set[int]:
 
 
 def test_a_continuous_stream_on_the_engine_beside_a_label_join_and_sql(killed, kill_logs, world, streamed_records,
-                                                                       spark):  # fmt: skip
+                                                                       batch_day, spark):  # fmt: skip
     """On the embedded default, at once and all clients of one engine: a continuous stream of one dataset, which
     publishes the day its killed stream-publish left undecided; a label join of another dataset; four SQL queries.
     Then the stream's client is killed with SIGKILL: the engine closes its session and stops its query (files that
-    land next are not read). The same command resumes from the checkpoint, stages them once, and stops on Ctrl-C."""
+    land next are not read). The same command resumes from the checkpoint, stages them once, and stops on Ctrl-C.
+
+    It runs in the home of the kill in publishing, right after the kills: the engine the killed stream-publish
+    started there is then still up (it stops after 5 idle minutes in tests), and the stream becomes its client.
+    The restarts copy that kill's stream folder as the kill left it (``killed``), not this test's."""
     logs, registry_dir, _ = kill_logs
     _, _, world_landing = world
     home, landing, _, _ = killed["publishing"]
@@ -313,14 +313,14 @@ def test_a_continuous_stream_on_the_engine_beside_a_label_join_and_sql(killed, k
         joined = join.communicate(timeout=300)[0]
         assert join.returncode == 0, joined[-3000:]
         answers = [q.communicate(timeout=300) for q in questions]
-        batch_rows = _batch_day(spark).count()
+        batch_rows = batch_day.count()
         for q, (out, err) in zip(questions, answers):
             assert q.returncode == 0, err[-3000:]
             assert json.loads(out) == [{"n": batch_rows}], out  # one Delta commit replaces it: never part
         assert "starting the engine" not in joined  # the stream's engine served it
         _wait_for(live, lines, f"stream-publish {KILLED}: 1 day(s) through {DS}")
         published = spark.read.format("delta").load(str(Path(home) / "warehouse" / "featurehouse.db" / f"{DATASET}_batch"))
-        assertDataFrameEqual(published.where(F.col("ds") == DS), _batch_day(spark))
+        assertDataFrameEqual(published.where(F.col("ds") == DS), batch_day)
 
         live.kill()  # SIGKILL of the client alone: the engine, in a session of its own, runs on
         live.wait(30)
@@ -347,10 +347,41 @@ def test_a_continuous_stream_on_the_engine_beside_a_label_join_and_sql(killed, k
         assert "stopped by SIGINT after the current micro-batch" in out
         _check_restart(spark, home, spark.read.format("delta").load(str(Path(home) / "warehouse" / "featurehouse.db"
                                                                         / KILLED)),  # fmt: skip
-                       landing, None, streamed_records, "engine")
+                       landing, None, streamed_records, batch_day, "engine")
     finally:
         for process in (live, *([again] if "again" in locals() else [])):
             if process.poll() is None:
                 process.kill()
         for f in added:
             f.unlink()
+
+
+RESTARTS = {"impressions": ("impressions",), "labels": ("labels",), "both": ("impressions", "labels")}
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_restart_after_kill_publishes_every_closed_day_once(point, killed, kill_logs, streamed_records, batch_day,
+                                                            spark, tmp_path_factory):  # fmt: skip
+    """For each kill point, three restarts with the same arguments from copies of the killed stream's folder: new
+    records on the impression side only, the label side only, both; in this session (its metastore)."""
+    logs, registry_dir, late = kill_logs
+    home, landing, _, _ = killed[point]
+    sides = {name: tuple("late" if (point == "publishing" and s == "labels") else s for s in parts)
+             for name, parts in RESTARTS.items()}  # after a kill in publishing, the labels' new record is a late one
+    copies = {}
+    for name in sides:
+        copies[name] = tmp_path_factory.mktemp(f"restart_{point}_{name}")
+        shutil.copytree(_killed_streams(home), copies[name] / "streams")
+    for name, parts in sides.items():
+        added = [f for part in parts for f in _put(logs, part, landing)]
+        try:
+            planted = late if "late" in parts else None
+            argv = _stream_args(copies[name], landing, registry_dir)
+            config = stream.parse_args(argv)
+            summary = stream.run(spark, config, publisher=in_process_publisher(spark, config))
+            assert summary.published == [f"through {DS}"] and summary.closed_through == DAY, f"{point}/{name}"
+            _check_restart(spark, copies[name], spark.table(f"featurehouse.{KILLED}"), landing, planted,
+                           streamed_records, batch_day, f"{point}/{name}")  # fmt: skip
+        finally:
+            for f in added:
+                f.unlink()
