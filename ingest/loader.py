@@ -23,7 +23,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -181,9 +181,7 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
         if torch.utils.data.get_worker_info() is not None:  # a worker process: the other workers are the overlap,
             try:  # and a thread of its own would only add to the threads competing for the cores
                 for key in keys:
-                    done: Future = Future()
-                    done.set_result(self._next(tables, counter))
-                    yield self._converted(key, done, counter)
+                    yield self._converted(key, self._next(tables, counter), counter)
             finally:
                 tables.close()
             return
@@ -193,16 +191,17 @@ class SnapshotDataset(torch.utils.data.IterableDataset):
                 for key in keys:
                     pending.append((key, pool.submit(self._next, tables, counter)))
                     if len(pending) > READ_AHEAD:
-                        yield self._converted(*pending.popleft(), counter)
+                        key, read = pending.popleft()
+                        yield self._converted(key, read.result(), counter)
                 while pending:
-                    yield self._converted(*pending.popleft(), counter)
+                    key, read = pending.popleft()
+                    yield self._converted(key, read.result(), counter)
         finally:
             tables.close()  # after the pool has stopped: no thread is inside it
 
-    def _converted(self, key: tuple[Unit, int], table: Future, counter: IoCounter) -> tuple[tuple[Unit, int], Any]:
-        rows = table.result()
+    def _converted(self, key: tuple[Unit, int], table: pa.Table, counter: IoCounter) -> tuple[tuple[Unit, int], Any]:
         started = time.perf_counter()
-        block = self.convert(rows)
+        block = self.convert(table)
         counter.convert_s += time.perf_counter() - started
         return key, block
 
