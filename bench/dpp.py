@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
           f"median of {ns.repeat} alternating runs after a warm-up (min .. max)")
     with ray_session(None):
         delivery = delivery_runs(setup, ns.epochs, ns.repeat)
-        print_delivery(delivery, ns.epochs, batches * ns.batch_size)
+        print_delivery(delivery, ns.epochs, sum(sum(w.batch_sizes) for w in setup.data.windows(0)))  # the job's batches
         ceiling = print_training(training_runs(setup, device, ns.steps, ns.repeat, model), ns.steps, device)
     print_capacity(delivery, ceiling)
     return 0
