@@ -63,6 +63,10 @@ class Batch:
         zero = torch.zeros(1, dtype=torch.int64, device=self.lengths.device)
         return torch.cat([zero, torch.cumsum(self.lengths, dim=0, dtype=torch.int64)])
 
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the batch (``weights`` when there are any)."""
+        return [t for t in (getattr(self, f.name) for f in fields(self)) if isinstance(t, torch.Tensor)]
+
     def _map(self, fn) -> Batch:
         tensors = {f.name: getattr(self, f.name) for f in fields(self)}
         return replace(self, **{name: fn(t) for name, t in tensors.items() if isinstance(t, torch.Tensor)})
@@ -71,8 +75,7 @@ class Batch:
         """The batch on ``device`` (every tensor moved; keys shared): itself where it is there already (the CPU
         trainer's every step: no new Batch, no shape checks again)."""
         device = torch.device(device)
-        if all(t.device == device for t in (self.dense, self.values, self.lengths, self.labels, self.weights)
-               if t is not None):  # fmt: skip
+        if all(t.device == device for t in self.tensors()):
             return self
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 

@@ -36,6 +36,7 @@ from ingest.plan import (
     Piece,
     Unit,
     Window,
+    batches_per_window,
     rank_windows,
     resume_roles,
     window_permutation,
@@ -353,7 +354,7 @@ class ResumableLoader:
     as worker processes would, and it goes on into the next epoch (up to ``epochs``, when given)
     so that epoch's first window is read while the last batches of this one train. ``prefetch=0``:
     the caller's thread makes each batch when asked. With worker processes, each has up to DataLoader's
-    ``prefetch_factor`` batches in flight: by default a window's batches (``shuffle_buffer // batch_size``, at
+    ``prefetch_factor`` batches in flight: by default a window's batches (``plan.batches_per_window``, at
     least 2), so a worker can make a whole window while another's batches are being taken.
 
     ``counter`` adds up what every delivered batch cost in whichever process made it (workers
@@ -369,7 +370,8 @@ class ResumableLoader:
         if num_workers > 0:  # a worker makes a window's batches in one burst: with DataLoader's default of 2 in
             # flight per worker, a worker that is ahead waits until the trainer takes its batches, while the one
             # whose turn it is reads; bench/reader.py, 2 workers, 1M rows: 1.49 s at 2, 1.16 s at 4 (a window)
-            loader_args.setdefault("prefetch_factor", max(2, dataset.shuffle_buffer // dataset.batch_size))
+            loader_args.setdefault("prefetch_factor", max(2, batches_per_window(batch_size=dataset.batch_size,
+                                                                               shuffle_buffer=dataset.shuffle_buffer)))
         self.dataset, self.num_workers, self.loader_args = dataset, num_workers, loader_args
         self.prefetch = prefetch if num_workers == 0 else 0  # worker processes make batches ahead already
         self.epochs = epochs

@@ -86,6 +86,11 @@ def _pieces(units: list[Unit], start: int, stop: int) -> list[Piece]:
     return out
 
 
+def batches_per_window(*, batch_size: int, shuffle_buffer: int) -> int:
+    """The batches of a window: those whose rows fit in the shuffle buffer, at least one."""
+    return max(1, shuffle_buffer // batch_size)
+
+
 def rank_windows(
     units: list[Unit],
     *,
@@ -115,7 +120,7 @@ def rank_windows(
             )
         share = end - begin
         sizes = [share // count + (1 if i < share % count else 0) for i in range(count)]
-    per_window = max(1, shuffle_buffer // batch_size)
+    per_window = batches_per_window(batch_size=batch_size, shuffle_buffer=shuffle_buffer)
     windows, position = [], begin
     for index, first in enumerate(range(0, count, per_window)):
         window_sizes = tuple(sizes[first : first + per_window])

@@ -14,16 +14,11 @@ that batch again). On the CPU there is nothing to overlap and the batches pass t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import fields
 from typing import Any
 
 import torch
 
 from ingest.batch import Batch
-
-
-def _tensors(batch: Batch) -> list[torch.Tensor]:
-    return [t for t in (getattr(batch, f.name) for f in fields(batch)) if isinstance(t, torch.Tensor)]
 
 
 class DeviceFeed:
@@ -52,7 +47,7 @@ class DeviceFeed:
                 if side is not None:
                     compute = torch.cuda.current_stream(self.device)
                     compute.wait_stream(side)
-                    for t in _tensors(batch):
+                    for t in batch.tensors():
                         t.record_stream(compute)
                 self._position = self.loader.state_dict()  # this batch taken, the next not yet
                 held = self._copy(next(batches, None), side)
